@@ -1,0 +1,35 @@
+"""Build: a calibrated, partitioned module -> one shared library, and loading it back.
+
+``RunCodegen`` hands the regions to ``relax.ext.ccompiler`` (registered by importing
+:mod:`byoc_int8.codegen`), ``tvm.compile`` builds the host part, and ``export_library``
+compiles the generated C and links everything into one ``.so``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tvm
+from tvm import relax
+
+from . import codegen  # noqa: F401  (registers relax.ext.ccompiler)
+
+HOST_TARGET = {"kind": "llvm"}
+
+
+def build(mod: tvm.IRModule, target: dict | None = None) -> tvm.relax.VMExecutable:
+    """Run the external codegen and compile the host program."""
+    mod = relax.transform.RunCodegen()(mod)
+    return tvm.compile(mod, target=tvm.target.Target(target or HOST_TARGET))
+
+
+def export(executable, path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    executable.export_library(path)
+    return path
+
+
+def load(path: str | os.PathLike, device=None) -> relax.VirtualMachine:
+    """Load an exported library; needs nothing of byoc_int8."""
+    lib = tvm.runtime.load_module(os.fspath(path))
+    return relax.VirtualMachine(lib, device or tvm.cpu())

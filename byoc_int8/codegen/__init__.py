@@ -1,0 +1,27 @@
+"""The ``ccompiler`` external codegen: quantized regions -> one C source runtime module.
+
+Importing this package registers ``relax.ext.ccompiler``, which ``relax.transform.RunCodegen``
+calls with every function annotated ``Codegen="ccompiler"``.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+
+from ..quantize import quantized_region
+from .emit_c import emit_module
+
+__all__ = ["emit_module", "ccompiler_codegen"]
+
+
+@tvm_ffi.register_global_func("relax.ext.ccompiler", override=True)
+def ccompiler_codegen(functions, options, constant_names):
+    regions = []
+    for func in functions:
+        symbol = str(func.attrs["global_symbol"])
+        regions.append((symbol, quantized_region(symbol, func)))
+    if not regions:
+        return []
+    source = emit_module(regions)
+    create = tvm_ffi.get_global_func("runtime.CSourceModuleCreate")
+    return [create(source, "c", [symbol for symbol, _ in regions], [])]

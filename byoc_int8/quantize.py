@@ -1,0 +1,136 @@
+"""Quantization: a float region graph plus calibrated ranges -> integer kernel parameters.
+
+The output, :class:`QGraph`, holds for every node exactly the integers a kernel call needs
+(int8 weights in kernel layout, int32 bias, multipliers and shifts, clamps). The integer
+reference executes it and the C emitter prints it, so both see the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import qarith
+from .graph import Graph, Node, extract_graph
+
+# Ops whose output reuses the input's scale: they only move or select int8 values.
+SCALE_PRESERVING = {"max_pool2d", "reshape"}
+
+
+@dataclass
+class QNode:
+    node: Node
+    params: dict = field(default_factory=dict)
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+
+@dataclass
+class QGraph:
+    graph: Graph
+    scales: dict[int, float]  # value id -> activation scale
+    nodes: list[QNode]
+
+    def is_image(self, value: int) -> bool:
+        """4-D values are stored NHWC; everything else in logical row-major order."""
+        return len(self.graph.shapes[value]) == 4
+
+
+def activation_scales(graph: Graph, abs_max: dict[int, float]) -> dict[int, float]:
+    """Scale of every value: calibrated, except where an op must keep its input's scale."""
+    scales: dict[int, float] = {}
+    for value in graph.inputs:
+        scales[value] = qarith.activation_scale(abs_max[value])
+    for node in graph.nodes:
+        if node.op in SCALE_PRESERVING:
+            scales[node.output] = scales[node.inputs[0]]
+        else:
+            scales[node.output] = qarith.activation_scale(abs_max[node.output])
+    return scales
+
+
+def _act_range(node: Node) -> tuple[int, int]:
+    return (0 if node.attrs.get("relu") else qarith.INT8_MIN), qarith.INT8_MAX
+
+
+# Largest dot-product length: |int8 x int8| < 2^14, so 2^16 terms keep the int32 accumulator,
+# plus a bias below 2^30, clear of overflow.
+MAX_PATCH = 1 << 16
+
+
+def _weighted(node: Node, s_in: float, s_out: float) -> dict:
+    """Shared by conv2d and dense: per-channel weights, bias and requantization."""
+    patch = node.consts["weight"][0].size
+    if patch > MAX_PATCH:
+        raise ValueError(f"{node.composite}: dot products of {patch} terms could overflow int32")
+    weight_q, weight_scales = qarith.quantize_weights_per_channel(node.consts["weight"])
+    units = weight_q.shape[0]
+    bias = node.consts.get("bias", np.zeros(units, np.float32))
+    multiplier, shift = qarith.per_channel_multipliers(s_in * weight_scales / s_out)
+    act_min, act_max = _act_range(node)
+    return {
+        "weight": weight_q,
+        "bias": qarith.quantize_bias(bias, s_in, weight_scales),
+        "multiplier": multiplier,
+        "shift": shift,
+        "act_min": act_min,
+        "act_max": act_max,
+    }
+
+
+def quantize_node(node: Node, graph: Graph, scales: dict[int, float]) -> QNode:
+    s_in = scales[node.inputs[0]]
+    s_out = scales[node.output]
+    in_shape = graph.shapes[node.inputs[0]]
+    if node.op == "conv2d":
+        params = _weighted(node, s_in, s_out)
+        params["weight"] = np.ascontiguousarray(params["weight"].transpose(0, 2, 3, 1))  # OIHW->OHWI
+        return QNode(node, params)
+    if node.op == "dense":
+        return QNode(node, _weighted(node, s_in, s_out))
+    if node.op == "add":
+        act_min, act_max = _act_range(node)
+        rescale = qarith.add_rescale(s_in, scales[node.inputs[1]], s_out)
+        return QNode(node, {"rescale": rescale, "act_min": act_min, "act_max": act_max})
+    if node.op == "global_avg_pool2d":
+        plane = in_shape[2] * in_shape[3]
+        return QNode(node, {"requant": qarith.quantize_multiplier(s_in / (s_out * plane))})
+    if node.op == "max_pool2d":
+        return QNode(node)
+    if node.op == "reshape":
+        # NHWC storage must become logical NCHW order, unless H x W is 1x1 (the same bytes).
+        to_nchw = len(in_shape) == 4 and in_shape[2] * in_shape[3] > 1
+        return QNode(node, {"to_nchw": to_nchw})
+    raise ValueError(f"no quantization rule for op {node.op}")
+
+
+def quantize_graph(graph: Graph, abs_max: dict[int, float]) -> QGraph:
+    scales = activation_scales(graph, abs_max)
+    return QGraph(graph, scales, [quantize_node(n, graph, scales) for n in graph.nodes])
+
+
+# Calibrated ranges travel with the IR: each region function carries, under this attribute, the
+# JSON list of the absolute-max range of every graph value (float64, exact). Whoever quantizes a
+# region (the codegen, the integer reference) reads them back from the function itself.
+RANGES_ATTR = "byoc_int8.abs_max"
+
+
+def annotate_region(func, abs_max: dict[int, float]):
+    """The region function with its calibrated ranges attached."""
+    ranges = [float(abs_max[v]) for v in range(len(abs_max))]
+    return func.with_attr(RANGES_ATTR, json.dumps(ranges))
+
+
+def quantized_region(name: str, func) -> QGraph:
+    """Extract and quantize a calibrated region function."""
+    graph = extract_graph(name, func)
+    if func.attrs is None or RANGES_ATTR not in func.attrs:
+        raise ValueError(f"region {name} has not been calibrated (no {RANGES_ATTR} attribute)")
+    ranges = json.loads(str(func.attrs[RANGES_ATTR]))
+    if len(ranges) != graph.num_values:
+        raise ValueError(f"region {name}: {len(ranges)} calibrated ranges for {graph.num_values} values")
+    return quantize_graph(graph, dict(enumerate(ranges)))

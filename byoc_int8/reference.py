@@ -1,0 +1,139 @@
+"""The golden integer model: every int8 kernel in numpy, and a runner for whole regions.
+
+This is the x86 simulator of the accelerator's arithmetic and the definition every C result is
+checked against. Each kernel is written as the readable computation, vectorized with numpy;
+the integer steps (requantization, clamps, boundary conversions) come from :mod:`qarith`.
+
+Layout: 4-D activations are NHWC, as in the C kernels.
+
+Exactness: convolution and dense accumulate int8 x int8 products in float64 so that numpy can
+use BLAS. Each product is below 2^14 in magnitude and a patch holds at most 2^16 of them (the
+quantizer refuses more), so every partial sum is an integer below 2^30 < 2^53 and the float64
+result is the exact int32 accumulator, whatever the summation order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from . import qarith
+from .quantize import QGraph, QNode
+
+
+def _windows(x: np.ndarray, kernel: tuple[int, int], strides, dilation, out_hw) -> np.ndarray:
+    """(N, OH, OW, KH, KW, C) view of the receptive fields of a padded NHWC tensor."""
+    kh, kw = kernel
+    dh, dw = dilation
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    view = sliding_window_view(x, (span_h, span_w), axis=(1, 2))  # N, H', W', C, span_h, span_w
+    view = view[:, :: strides[0], :: strides[1], :, ::dh, ::dw][:, : out_hw[0], : out_hw[1]]
+    return view.transpose(0, 1, 2, 4, 5, 3)
+
+
+def _pad_nhwc(x: np.ndarray, padding, out_hw, kernel, strides, dilation, value: int) -> np.ndarray:
+    """Pad top/left/bottom/right, extending bottom/right as far as the last window reaches."""
+    top, left, bottom, right = padding
+    need_h = (out_hw[0] - 1) * strides[0] + (kernel[0] - 1) * dilation[0] + 1
+    need_w = (out_hw[1] - 1) * strides[1] + (kernel[1] - 1) * dilation[1] + 1
+    bottom = max(bottom, need_h - top - x.shape[1])
+    right = max(right, need_w - left - x.shape[2])
+    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+
+
+def conv2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    p, a = q.params, q.node.attrs
+    weight = p["weight"]  # OHWI
+    kernel = weight.shape[1:3]
+    out_hw = out_shape[2:4]
+    xp = _pad_nhwc(x, a["padding"], out_hw, kernel, a["strides"], a["dilation"], 0)
+    patches = _windows(xp, kernel, a["strides"], a["dilation"], out_hw)
+    cols = patches.reshape(-1, weight[0].size).astype(np.float64)
+    acc = (cols @ weight.reshape(weight.shape[0], -1).T.astype(np.float64)).astype(np.int64)
+    acc = acc + p["bias"].astype(np.int64)
+    y = qarith.requantize(acc, p["multiplier"], p["shift"])
+    return qarith.clamp_s8(y, p["act_min"], p["act_max"]).reshape(x.shape[0], *out_hw, weight.shape[0])
+
+
+def max_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    a = q.node.attrs
+    out_hw = out_shape[2:4]
+    # -128 is the smallest int8, so padding with it never changes a maximum over real values.
+    xp = _pad_nhwc(x, a["padding"], out_hw, a["pool_size"], a["strides"], a["dilation"], -128)
+    return _windows(xp, a["pool_size"], a["strides"], a["dilation"], out_hw).max(axis=(3, 4))
+
+
+def global_avg_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    r = q.params["requant"]
+    total = x.astype(np.int64).sum(axis=(1, 2))
+    return qarith.clamp_s8(qarith.requantize(total, r.multiplier, r.shift)).reshape(storage_shape(out_shape))
+
+
+def add(x1: np.ndarray, x2: np.ndarray, q: QNode) -> np.ndarray:
+    r: qarith.AddRescale = q.params["rescale"]
+    a = qarith.requantize(x1.astype(np.int64) << r.left_shift, r.input1.multiplier, r.input1.shift)
+    b = qarith.requantize(x2.astype(np.int64) << r.left_shift, r.input2.multiplier, r.input2.shift)
+    y = qarith.requantize(a + b, r.output.multiplier, r.output.shift)
+    return qarith.clamp_s8(y, q.params["act_min"], q.params["act_max"])
+
+
+def dense(x: np.ndarray, q: QNode) -> np.ndarray:
+    p = q.params
+    acc = x.astype(np.int64) @ p["weight"].astype(np.int64).T + p["bias"].astype(np.int64)
+    y = qarith.requantize(acc, p["multiplier"], p["shift"])
+    return qarith.clamp_s8(y, p["act_min"], p["act_max"])
+
+
+def reshape(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    if q.params["to_nchw"]:
+        x = x.transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(x).reshape(storage_shape(out_shape))
+
+
+def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
+    if q.op == "conv2d":
+        return conv2d(args[0], q, out_shape)
+    if q.op == "max_pool2d":
+        return max_pool2d(args[0], q, out_shape)
+    if q.op == "global_avg_pool2d":
+        return global_avg_pool2d(args[0], q, out_shape)
+    if q.op == "add":
+        return add(args[0], args[1], q)
+    if q.op == "dense":
+        return dense(args[0], q)
+    if q.op == "reshape":
+        return reshape(args[0], q, out_shape)
+    raise ValueError(f"no reference kernel for {q.op}")
+
+
+def storage_shape(logical: tuple[int, ...]) -> tuple[int, ...]:
+    return (logical[0], logical[2], logical[3], logical[1]) if len(logical) == 4 else tuple(logical)
+
+
+def to_storage(x: np.ndarray) -> np.ndarray:
+    """Logical (NCHW) -> storage (NHWC) order for 4-D tensors."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 else x
+
+
+def to_logical(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if x.ndim == 4 else x
+
+
+def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """int8 outputs (logical order) of a region for float inputs, as the accelerator computes them."""
+    g = qgraph.graph
+    values = {
+        v: to_storage(qarith.quantize_tensor(x, qgraph.scales[v])) for v, x in zip(g.inputs, inputs)
+    }
+    for q in qgraph.nodes:
+        shape = (values[q.node.inputs[0]].shape[0],) + g.shapes[q.node.output][1:]
+        values[q.node.output] = run_node(q, [values[i] for i in q.node.inputs], shape)
+    return [to_logical(values[v]) for v in g.outputs]
+
+
+def run_region(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Float outputs of a region: run_quantized followed by the exit dequantization."""
+    return [
+        qarith.dequantize_tensor(y, qgraph.scales[v])
+        for y, v in zip(run_quantized(qgraph, inputs), qgraph.graph.outputs)
+    ]

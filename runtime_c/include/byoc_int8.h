@@ -1,0 +1,133 @@
+/*
+ * byoc_int8 kernel interface: the int8 operations of the accelerator.
+ *
+ * This header is the contract between the code generator and the kernels. A vendor who ports
+ * byoc_int8 to real hardware reimplements these functions with the same signatures and the
+ * same integer results; nothing else in the generated code needs to change.
+ *
+ * Conventions
+ *  - Activations are int8, symmetric (zero point 0), in NHWC layout (channels innermost).
+ *  - Weights are int8 in [-127, 127], symmetric, per output channel; conv filters are OHWI.
+ *  - Accumulators are int32. Every int8 result is produced by b8_requantize() followed by a
+ *    clamp to [act_min, act_max] (relu is act_min = 0).
+ *  - Kernels never allocate and never abort: they return a b8_status.
+ *
+ * The arithmetic is defined in byoc_int8/qarith.py; b8_requantize below is its C image and
+ * both are checked against each other bit for bit by the test suite.
+ */
+#ifndef BYOC_INT8_H_
+#define BYOC_INT8_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Linkage of every kernel. The code generator pastes the kernels into each generated module and
+ * defines B8_API as `static` so that two modules loaded into one process cannot clash. */
+#ifndef B8_API
+#define B8_API
+#endif
+
+typedef enum {
+  B8_OK = 0,
+  B8_ERROR_ARGUMENT = 1 /* inconsistent shapes or parameters */
+} b8_status;
+
+/* A 4-D activation or filter shape. Activations: (n, h, w, c) = NHWC.
+ * Conv filters: (n, h, w, c) = (out_channels, kernel_h, kernel_w, in_channels_per_group). */
+typedef struct {
+  int32_t n, h, w, c;
+} b8_dims;
+
+/* Output stage shared by the kernels that requantize: one (multiplier, shift) pair per output
+ * channel, then a clamp. */
+typedef struct {
+  const int32_t* multiplier; /* Q0.31, in [2^30, 2^31) or 0 */
+  const int32_t* shift;      /* left shift, in [-31, 30]; negative shifts right */
+  int32_t act_min, act_max;
+} b8_requant_params;
+
+typedef struct {
+  int32_t stride_h, stride_w;
+  int32_t pad_top, pad_left; /* bottom / right padding follow from the output shape */
+  int32_t dilation_h, dilation_w;
+} b8_conv_params;
+
+typedef struct {
+  int32_t kernel_h, kernel_w;
+  int32_t stride_h, stride_w;
+  int32_t pad_top, pad_left;
+  int32_t dilation_h, dilation_w;
+} b8_pool_params;
+
+/* Elementwise add of two tensors with different scales (TFLite's scheme, zero points 0):
+ * each input is shifted left by left_shift, rescaled to a common scale, the two are added in
+ * int32 and the sum is requantized to the output scale. */
+typedef struct {
+  int32_t left_shift;
+  int32_t input1_multiplier, input1_shift;
+  int32_t input2_multiplier, input2_shift;
+  int32_t output_multiplier, output_shift;
+  int32_t act_min, act_max;
+} b8_add_params;
+
+/* The fixed-point requantization: round(acc * multiplier * 2^(shift - 31)), one rounding step,
+ * ties toward +infinity. See byoc_int8/qarith.py for why and how it relates to TFLite. */
+static inline int64_t b8_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
+  const int32_t right = 31 - shift; /* in [1, 62] */
+  const int64_t product = (int64_t)acc * (int64_t)multiplier;
+  return (product + ((int64_t)1 << (right - 1))) >> right;
+}
+
+static inline int8_t b8_clamp_s8(int64_t value, int32_t lo, int32_t hi) {
+  return (int8_t)(value < lo ? lo : (value > hi ? hi : value));
+}
+
+/* 2-D convolution, groups = 1, fused bias + requantization + activation clamp.
+ * `scratch` is caller-owned, at least b8_conv2d_s8_scratch_size(filter_dims) bytes. */
+B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims);
+B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
+                              const b8_dims* input_dims, const int8_t* input,
+                              const b8_dims* filter_dims, const int8_t* filter,
+                              const int32_t* bias, const b8_dims* output_dims, int8_t* output,
+                              int8_t* scratch);
+
+/* Max pooling; padded positions never win. The output keeps the input's scale. */
+B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
+                                  const int8_t* input, const b8_dims* output_dims,
+                                  int8_t* output);
+
+/* Mean over H and W: int32 sum, then one requantization (multiplier folds in 1 / (H * W)). */
+B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift,
+                                       const b8_dims* input_dims, const int8_t* input,
+                                       int8_t* output);
+
+/* out = requant(in1, in2), elementwise over `size` values. */
+B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
+                           const int8_t* input2, int8_t* output);
+
+/* Fully connected: input (batches, depth), weights (units, depth), per-unit requantization. */
+B8_API b8_status b8_dense_s8(const b8_requant_params* quant, int32_t batches, int32_t depth,
+                             int32_t units, const int8_t* input, const int8_t* weights,
+                             const int32_t* bias, int8_t* output);
+
+/* Layout change for flatten / reshape: (n, h, w, c) -> (n, c, h, w). */
+B8_API b8_status b8_nhwc_to_nchw_s8(const b8_dims* dims, const int8_t* input, int8_t* output);
+
+/* Region boundary conversions (the host side of the accelerator's DMA).
+ * Quantize: q = clamp(round_half_even(x * inv_scale), -128, 127). With `dims` (the tensor's
+ * n, h, w, c) the float input is read in NCHW order and written in NHWC; with NULL both are flat.
+ * Returns B8_ERROR_ARGUMENT on NaN or infinity. */
+B8_API b8_status b8_quantize_f32(float inv_scale, const b8_dims* dims, int32_t size,
+                                 const float* input, int8_t* output);
+/* Dequantize: x = (float)q * scale; with `dims`, read in NHWC order and written in NCHW. */
+B8_API b8_status b8_dequantize_f32(float scale, const b8_dims* dims, int32_t size,
+                                   const int8_t* input, float* output);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BYOC_INT8_H_ */
