@@ -13,10 +13,9 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 import tvm
-from tvm import relax
 
-from .graph import Graph, extract_graph, run_float
-from .partition import region_functions
+from .graph import extract_graph, run_float
+from .partition import region_functions, run_partitioned
 from .quantize import annotate_region
 
 # Values kept per tensor and batch for percentile calibration: enough for a 99.99th percentile.
@@ -76,37 +75,6 @@ def make_calibrator(method: str, **options) -> Calibrator:
     return CALIBRATORS[method](**options)
 
 
-class HostOpError(NotImplementedError):
-    pass
-
-
-def _interpret_main(mod: tvm.IRModule, graphs: dict[str, Graph], inputs: list[torch.Tensor], observe) -> list:
-    """Run `main` in float: regions via run_float, tuples structurally."""
-    main = mod["main"]
-    env: dict[relax.Var, object] = dict(zip(main.params, inputs))
-
-    def value(expr):
-        if isinstance(expr, relax.Var):
-            return env[expr]
-        if isinstance(expr, relax.Tuple):
-            return [value(f) for f in expr.fields]
-        if isinstance(expr, relax.TupleGetItem):
-            return value(expr.tuple_value)[expr.index]
-        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and expr.op.name_hint in graphs:
-            graph = graphs[expr.op.name_hint]
-            values = run_float(graph, [value(a) for a in expr.args])
-            observe(graph.name, values)
-            outs = [values[v] for v in graph.outputs]
-            return outs if isinstance(expr.ty, tvm.ir.TupleType) else outs[0]
-        name = expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else type(expr).__name__
-        raise HostOpError(f"calibration cannot run host op {name} outside the ccompiler regions yet")
-
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            env[binding.var] = value(binding.value)
-    return value(main.body.body)
-
-
 def calibrate(
     mod: tvm.IRModule,
     samples: Iterable[np.ndarray] | np.ndarray,
@@ -123,18 +91,22 @@ def calibrate(
     graphs = {name: extract_graph(name, f) for name, f in regions.items()}
     stats = {name: [make_calibrator(method, **options) for _ in range(g.num_values)] for name, g in graphs.items()}
 
-    def observe(name: str, values: dict[int, torch.Tensor]) -> None:
-        for v, x in values.items():
-            stats[name][v].observe(x)
-
     if isinstance(samples, np.ndarray):
         samples = [samples[i : i + batch_size] for i in range(0, len(samples), batch_size)]
+
+    def run_region(name: str, args: list[torch.Tensor]) -> list[torch.Tensor]:
+        graph = graphs[name]
+        values = run_float(graph, args)
+        for v, x in values.items():
+            stats[name][v].observe(x)
+        return [values[v] for v in graph.outputs]
+
     seen = 0
     for batch in samples:
         batch = np.asarray(batch, dtype=np.float32)
         if not np.isfinite(batch).all():
             raise ValueError("calibration data contains NaN or infinity")
-        _interpret_main(mod, graphs, [torch.from_numpy(batch)], observe)
+        run_partitioned(mod, run_region, [torch.from_numpy(batch)])
         seen += len(batch)
     if seen == 0:
         raise ValueError("no calibration samples")

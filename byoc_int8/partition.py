@@ -8,6 +8,7 @@ every op is supported becomes a single region. Whatever is left in ``main`` runs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
@@ -47,15 +48,16 @@ def count_ops(mod: tvm.IRModule) -> int:
 
 
 def offloaded_ops(mod: tvm.IRModule) -> int:
-    """Ops inside ccompiler regions of a partitioned module."""
+    """Ops inside ccompiler regions of a partitioned module (counted per composite call)."""
     total = 0
     for region in region_functions(mod).values():
-        def visit(expr):
-            nonlocal total
-            if isinstance(expr, relax.Function) and expr.attrs is not None and "Composite" in expr.attrs:
-                total += len(_op_calls(expr))
-
-        relax.analysis.post_order_visit(region.body, visit)
+        composites: dict[relax.Var, relax.Function] = {}
+        for block in region.body.blocks:
+            for binding in block.bindings:
+                if isinstance(binding.value, relax.Function):
+                    composites[binding.var] = binding.value
+                elif isinstance(binding.value, relax.Call) and binding.value.op in composites:
+                    total += len(_op_calls(composites[binding.value.op]))
     return total
 
 
@@ -79,3 +81,37 @@ def partition(mod: tvm.IRModule) -> Partitioned:
         reason = reasons_by_text.get(str(call), f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
         host.append(HostOp(call.op.name, str(call.ty), reason))
     return Partitioned(mod, host)
+
+
+class HostOpError(NotImplementedError):
+    """An op outside the ccompiler regions that the Python-side interpreter cannot run."""
+
+
+def run_partitioned(mod: tvm.IRModule, run_region: Callable[[str, list], list], inputs: list) -> list:
+    """Interpret a partitioned ``main``: each region call goes to ``run_region(name, args)``,
+    which returns the region's outputs as a list; tuples are handled structurally.
+
+    This is how calibration (float) and the integer reference see a whole model.
+    """
+    main = mod["main"]
+    regions = region_functions(mod)
+    env: dict[relax.Var, object] = dict(zip(main.params, inputs))
+
+    def value(expr):
+        if isinstance(expr, relax.Var):
+            return env[expr]
+        if isinstance(expr, relax.Tuple):
+            return [value(f) for f in expr.fields]
+        if isinstance(expr, relax.TupleGetItem):
+            return value(expr.tuple_value)[expr.index]
+        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and expr.op.name_hint in regions:
+            outs = run_region(expr.op.name_hint, [value(a) for a in expr.args])
+            return outs if isinstance(expr.ty, tvm.ir.TupleType) else outs[0]
+        name = expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else type(expr).__name__
+        raise HostOpError(f"cannot interpret host op {name} outside the ccompiler regions")
+
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            env[binding.var] = value(binding.value)
+    result = value(main.body.body)
+    return result if isinstance(result, list) else [result]

@@ -131,9 +131,26 @@ def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [to_logical(values[v]) for v in g.outputs]
 
 
-def run_region(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_region_float(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Float outputs of a region: run_quantized followed by the exit dequantization."""
     return [
         qarith.dequantize_tensor(y, qgraph.scales[v])
         for y, v in zip(run_quantized(qgraph, inputs), qgraph.graph.outputs)
     ]
+
+
+def run_module(mod, inputs: list[np.ndarray]) -> list[tuple[np.ndarray, float]]:
+    """Every output of a calibrated, partitioned module as the accelerator computes it:
+    (float output, the int8 scale it was dequantized from)."""
+    from .partition import region_functions, run_partitioned
+    from .quantize import quantized_region
+
+    qgraphs = {name: quantized_region(name, f) for name, f in region_functions(mod).items()}
+
+    def run_region(name: str, args: list[np.ndarray]) -> list[tuple[np.ndarray, float]]:
+        q = qgraphs[name]
+        floats = [a[0] if isinstance(a, tuple) else a for a in args]
+        outs = run_region_float(q, floats)
+        return list(zip(outs, [q.scales[v] for v in q.graph.outputs]))
+
+    return run_partitioned(mod, run_region, inputs)

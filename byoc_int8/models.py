@@ -1,0 +1,75 @@
+"""Built-in models: ResNet-18 (random init, fixed seed) and the seed tutorial's ResNet-18 stem."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+class ResNetStem(nn.Module):
+    """The sub-graph printed in the seed tutorial: conv7x7/2+bn+relu, max_pool2d, then a basic
+    block's two 3x3 convs (bn folded) and the residual add with the pooled tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(64, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.conv3 = nn.Conv2d(64, 64, 3, padding=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        y = torch.relu(self.bn2(self.conv2(pooled)))
+        return self.bn3(self.conv3(y)) + pooled
+
+
+def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
+    """Give batch norms non-trivial statistics so that folding them is actually exercised."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            c = m.num_features
+            m.running_mean.copy_(torch.randn(c, generator=generator) * 0.1)
+            m.running_var.copy_(torch.rand(c, generator=generator) * 0.5 + 0.75)
+            m.weight.data.copy_(torch.rand(c, generator=generator) * 0.5 + 0.75)
+            m.bias.data.copy_(torch.randn(c, generator=generator) * 0.1)
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    name: str
+    input_shape: tuple[int, ...]
+    make: Callable[[], nn.Module]
+
+
+def _resnet18() -> nn.Module:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    _randomize_batch_norm(model, torch.Generator().manual_seed(1))
+    return model.eval()
+
+
+def _stem() -> nn.Module:
+    torch.manual_seed(0)
+    model = ResNetStem()
+    _randomize_batch_norm(model, torch.Generator().manual_seed(1))
+    return model.eval()
+
+
+BUILTIN_MODELS = {
+    "resnet18": BuiltinModel("resnet18", (1, 3, 224, 224), _resnet18),
+    "resnet18_stem": BuiltinModel("resnet18_stem", (1, 3, 224, 224), _stem),
+}
+
+
+def random_inputs(shape: tuple[int, ...], count: int, seed: int) -> torch.Tensor:
+    """`count` standard-normal inputs of `shape` (batch 1 each), stacked on axis 0."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn((count,) + tuple(shape[1:]), generator=g)
