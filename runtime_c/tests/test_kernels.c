@@ -1,0 +1,137 @@
+/* Unit tests of the kernels on cases small enough to work out by hand. The randomized
+ * comparisons against the integer reference live in tests/test_kernels_vs_reference.py. */
+#include <stdio.h>
+#include <string.h>
+
+#include "byoc_int8.h"
+
+static int failures = 0;
+
+#define EXPECT_EQ(actual, expected)                                                      \
+  do {                                                                                   \
+    long long a_ = (long long)(actual), e_ = (long long)(expected);                      \
+    if (a_ != e_) {                                                                      \
+      fprintf(stderr, "%s:%d: %s = %lld, expected %lld\n", __FILE__, __LINE__, #actual, \
+              a_, e_);                                                                   \
+      ++failures;                                                                        \
+    }                                                                                    \
+  } while (0)
+
+/* 2^30 with shift 1 is exactly x1.0; 2^30 with shift 0 is x0.5 (ties go up). */
+static void test_requantize(void) {
+  EXPECT_EQ(b8_requantize(100, 1 << 30, 1), 100);
+  EXPECT_EQ(b8_requantize(5, 1 << 30, 0), 3);    /* 2.5 -> 3 */
+  EXPECT_EQ(b8_requantize(-5, 1 << 30, 0), -2);  /* -2.5 -> -2 */
+  EXPECT_EQ(b8_requantize(7, 1 << 30, -2), 1);   /* 0.875 -> 1 */
+  EXPECT_EQ(b8_requantize(-7, 1 << 30, -2), -1); /* -0.875 -> -1 */
+  EXPECT_EQ(b8_requantize(3, 1 << 30, 3), 12);   /* left shift: x4 */
+  EXPECT_EQ(b8_requantize(INT32_MAX, INT32_MAX, 0), 2147483646); /* product needs 62 bits */
+  EXPECT_EQ(b8_requantize(INT32_MIN, INT32_MAX, -31), -1);
+  EXPECT_EQ(b8_clamp_s8(1000, -128, 127), 127);
+  EXPECT_EQ(b8_clamp_s8(-1000, 0, 127), 0);
+}
+
+/* 3x3 input, one channel, 2x2 filter of ones, padding 1 on top/left, stride 2: each output is the
+ * sum of the window's in-bounds values. */
+static void test_conv2d_padding_and_stride(void) {
+  const int8_t input[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const int8_t filter[4] = {1, 1, 1, 1};
+  const int32_t bias[1] = {10}, multiplier[1] = {1 << 30}, shift[1] = {1};
+  const b8_conv_params conv = {2, 2, 1, 1, 1, 1};
+  const b8_requant_params quant = {multiplier, shift, -128, 127};
+  const b8_dims in_dims = {1, 3, 3, 1}, filter_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
+  int8_t output[4], scratch[4];
+  EXPECT_EQ(b8_conv2d_s8_scratch_size(&filter_dims), 4);
+  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, bias, &out_dims,
+                         output, scratch), B8_OK);
+  EXPECT_EQ(output[0], 10 + 1);
+  EXPECT_EQ(output[1], 10 + 2 + 3);
+  EXPECT_EQ(output[2], 10 + 4 + 7);
+  EXPECT_EQ(output[3], 10 + 5 + 6 + 8 + 9);
+  /* A filter whose input channels do not match is refused, not read out of bounds. */
+  const b8_dims bad_filter = {1, 2, 2, 2};
+  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, &bad_filter, filter, bias, &out_dims,
+                         output, scratch), B8_ERROR_ARGUMENT);
+}
+
+static void test_max_pool_ignores_padding(void) {
+  const int8_t input[4] = {-100, -90, -80, -70};
+  const b8_pool_params pool = {2, 2, 2, 2, 1, 1, 1, 1};
+  const b8_dims in_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
+  int8_t output[4];
+  EXPECT_EQ(b8_max_pool2d_s8(&pool, &in_dims, input, &out_dims, output), B8_OK);
+  EXPECT_EQ(output[0], -100);
+  EXPECT_EQ(output[1], -90);
+  EXPECT_EQ(output[2], -80);
+  EXPECT_EQ(output[3], -70);
+}
+
+static void test_add_saturates(void) {
+  /* Equal scales: each input is rescaled by 1/2 after the shift by 20; the output factor is
+   * 2 / 2^20 = 2^30 * 2^(-18 - 31). */
+  const b8_add_params params = {20, 1 << 30, 0, 1 << 30, 0, 1 << 30, -18, -128, 127};
+  const int8_t a[3] = {100, -100, 3}, b[3] = {100, -100, -4};
+  int8_t out[3];
+  EXPECT_EQ(b8_add_s8(&params, 3, a, b, out), B8_OK);
+  EXPECT_EQ(out[0], 127);
+  EXPECT_EQ(out[1], -128);
+  EXPECT_EQ(out[2], -1);
+}
+
+static void test_global_avg_pool(void) {
+  const int8_t input[8] = {1, 10, 2, 20, 3, 30, 5, 40}; /* 2x2 pixels, 2 channels */
+  const b8_dims dims = {1, 2, 2, 2};
+  int8_t out[2];
+  /* x1/4 = 2^30 * 2^(-1 - 31) */
+  EXPECT_EQ(b8_global_avg_pool_s8(1 << 30, -1, &dims, input, out), B8_OK);
+  EXPECT_EQ(out[0], 3);  /* 11 / 4 = 2.75 */
+  EXPECT_EQ(out[1], 25); /* 100 / 4 */
+}
+
+static void test_dense_and_layout(void) {
+  const int8_t input[3] = {1, -2, 3}, weights[6] = {1, 1, 1, 2, 0, -1};
+  const int32_t bias[2] = {0, 5}, multiplier[2] = {1 << 30, 1 << 30}, shift[2] = {1, 1};
+  const b8_requant_params quant = {multiplier, shift, 0, 127}; /* relu */
+  int8_t out[2];
+  EXPECT_EQ(b8_dense_s8(&quant, 1, 3, 2, input, weights, bias, out), B8_OK);
+  EXPECT_EQ(out[0], 2);
+  EXPECT_EQ(out[1], 4);
+
+  const int8_t nhwc[6] = {1, 2, 3, 4, 5, 6}; /* h=1, w=3, c=2 */
+  const b8_dims dims = {1, 1, 3, 2};
+  int8_t nchw[6];
+  EXPECT_EQ(b8_nhwc_to_nchw_s8(&dims, nhwc, nchw), B8_OK);
+  const int8_t expected[6] = {1, 3, 5, 2, 4, 6};
+  EXPECT_EQ(memcmp(nchw, expected, 6), 0);
+}
+
+static void test_boundary_conversions(void) {
+  const float x[4] = {0.25f, -0.75f, 100.0f, 1.25f};
+  int8_t q[4];
+  float back[4];
+  EXPECT_EQ(b8_quantize_f32(2.0f, NULL, 4, x, q), B8_OK);
+  EXPECT_EQ(q[0], 0);   /* 0.5 -> 0, half to even */
+  EXPECT_EQ(q[1], -2);  /* -1.5 -> -2 */
+  EXPECT_EQ(q[2], 127); /* saturates */
+  EXPECT_EQ(q[3], 2);   /* 2.5 -> 2 */
+  EXPECT_EQ(b8_dequantize_f32(0.5f, NULL, 4, q, back), B8_OK);
+  EXPECT_EQ(back[1] == -1.0f, 1);
+  const float bad[2] = {1.0f, 0.0f / 0.0f};
+  EXPECT_EQ(b8_quantize_f32(1.0f, NULL, 2, bad, q), B8_ERROR_ARGUMENT);
+}
+
+int main(void) {
+  test_requantize();
+  test_conv2d_padding_and_stride();
+  test_max_pool_ignores_padding();
+  test_add_saturates();
+  test_global_avg_pool();
+  test_dense_and_layout();
+  test_boundary_conversions();
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("all kernel checks passed\n");
+  return 0;
+}

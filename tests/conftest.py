@@ -1,0 +1,63 @@
+import ctypes
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Dims(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_int32), ("h", ctypes.c_int32), ("w", ctypes.c_int32), ("c", ctypes.c_int32)]
+
+
+class RequantParams(ctypes.Structure):
+    _fields_ = [
+        ("multiplier", ctypes.POINTER(ctypes.c_int32)),
+        ("shift", ctypes.POINTER(ctypes.c_int32)),
+        ("act_min", ctypes.c_int32),
+        ("act_max", ctypes.c_int32),
+    ]
+
+
+class ConvParams(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int32) for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w")]
+
+
+class PoolParams(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_int32)
+        for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w")
+    ]
+
+
+class AddParams(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_int32)
+        for n in (
+            "left_shift",
+            "input1_multiplier",
+            "input1_shift",
+            "input2_multiplier",
+            "input2_shift",
+            "output_multiplier",
+            "output_shift",
+            "act_min",
+            "act_max",
+        )
+    ]
+
+
+def ptr(array: np.ndarray, ctype):
+    assert array.flags["C_CONTIGUOUS"]
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+@pytest.fixture(scope="session")
+def kernels() -> ctypes.CDLL:
+    """The C kernel library built by CMake (the same build the test command runs first)."""
+    build = ROOT / "build"
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build)], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "--target", "byoc_int8_kernels"], check=True, capture_output=True)
+    return ctypes.CDLL(str(build / "libbyoc_int8_kernels.so"))

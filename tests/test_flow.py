@@ -1,0 +1,163 @@
+"""The end-to-end flow: partition, calibrate, compile, run, and check against the reference."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+from byoc_int8 import cli
+from byoc_int8.frontend import ModelImportError, import_model
+from byoc_int8.models import BUILTIN_MODELS, random_inputs
+from byoc_int8.partition import partition, region_functions
+from byoc_int8.pipeline import compile_model, cosine, evaluate
+
+
+def composite_sequence(mod):
+    """The composite names of each region, in binding order."""
+    names = []
+    for region in region_functions(mod).values():
+        for block in region.body.blocks:
+            for binding in block.bindings:
+                if isinstance(binding.value, tvm.relax.Function):
+                    names.append(str(binding.value.attrs["Composite"]))
+    return names
+
+
+@pytest.fixture(scope="module")
+def stem():
+    model = BUILTIN_MODELS["resnet18_stem"].make()
+    calib = random_inputs((1, 3, 224, 224), 8, 1).numpy()
+    return model, compile_model(model, calib)
+
+
+def test_seed_stem_partitions_into_the_seed_composites():
+    """The tutorial's stem sub-graph becomes exactly its composites, all in one region."""
+    model = BUILTIN_MODELS["resnet18_stem"].make()
+    parted = partition(import_model(model, (torch.randn(1, 3, 224, 224),)))
+    assert parted.host_ops == []
+    assert len(region_functions(parted.mod)) == 1
+    assert composite_sequence(parted.mod) == [
+        "ccompiler.conv2d_bias_relu",
+        "ccompiler.max_pool2d",
+        "ccompiler.conv2d_bias_relu",
+        "ccompiler.conv2d_bias",
+        "ccompiler.add",
+    ]
+
+
+def test_seed_stem_runs_bit_exact(stem):
+    model, compiled = stem
+    report = evaluate(compiled, model, random_inputs((1, 3, 224, 224), 3, 2).numpy(), latency_runs=2)
+    assert report["bit_exact"] and report["max_lsb_diff"] == 0
+    assert report["cosine_vs_float"] > 0.999
+    assert report["ops_offloaded"] == report["ops_total"] == 10  # 3 conv+bias(+relu), pool, add
+
+
+def test_library_runs_in_a_fresh_process_without_byoc_int8(stem, tmp_path):
+    _, compiled = stem
+    x = random_inputs((1, 3, 224, 224), 1, 3).numpy()
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, tvm\n"
+        "from tvm import relax\n"
+        f"vm = relax.VirtualMachine(tvm.runtime.load_module({compiled.library_path!r}), tvm.cpu())\n"
+        f"y = vm['main'](tvm.runtime.tensor(np.load({str(tmp_path / 'x.npy')!r})))\n"
+        "y = y[0] if not hasattr(y, 'numpy') else y\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, y.numpy())\n"
+        "assert not any(m.startswith('byoc_int8') for m in sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), compiled.run(x))
+
+
+def test_entry_point_rejects_bad_arguments(stem):
+    _, compiled = stem
+    main = compiled.vm["main"]
+    with pytest.raises(Exception, match="contains NaN"):
+        x = np.zeros((1, 3, 224, 224), np.float32)
+        x[0, 1, 2, 3] = np.nan
+        main(tvm.runtime.tensor(x))
+    # Shape and dtype mismatches are caught by the VM's own checks or by the entry point; either
+    # way the error names the problem instead of crashing.
+    with pytest.raises(Exception, match=r"(?i)shape|224"):
+        main(tvm.runtime.tensor(np.zeros((1, 3, 220, 224), np.float32)))
+    with pytest.raises(Exception, match=r"(?i)dtype|float32|int8"):
+        main(tvm.runtime.tensor(np.zeros((1, 3, 224, 224), np.int8)))
+
+
+def test_resnet18_all_ops_offloaded_and_bit_exact():
+    spec = BUILTIN_MODELS["resnet18"]
+    model = spec.make()
+    compiled = compile_model(model, random_inputs(spec.input_shape, 16, 1234).numpy())
+    report = evaluate(compiled, model, random_inputs(spec.input_shape, 8, 4321).numpy(), latency_runs=1)
+    assert report["ops_total"] == report["ops_offloaded"] == 70
+    assert report["regions"] == 1 and report["host_ops"] == []
+    assert report["bit_exact"] and report["max_lsb_diff"] == 0
+    assert report["cosine_vs_float"] >= 0.999
+    assert report["top1_agreement_vs_float"] >= 0.875
+
+
+def test_unsupported_op_is_reported_with_a_reason():
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, groups=2), torch.nn.ReLU(), torch.nn.Softmax(dim=1)).eval()
+    parted = partition(import_model(model, (torch.randn(1, 4, 8, 8),)))
+    reasons = {h.op: h.reason for h in parted.host_ops}
+    assert "grouped conv2d (groups=2)" in reasons["relax.nn.conv2d"]
+    assert reasons["relax.nn.softmax"] == "no ccompiler pattern for relax.nn.softmax"
+
+
+def test_model_that_cannot_be_exported_fails_clearly():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.export refuses it
+                return x
+            return -x
+
+    with pytest.raises(ModelImportError, match="torch.export could not capture DataDependent"):
+        import_model(DataDependent(), (torch.randn(1, 3),))
+
+
+def test_calibration_rejects_nan():
+    model = BUILTIN_MODELS["resnet18_stem"].make()
+    calib = np.full((2, 3, 224, 224), np.nan, np.float32)
+    with pytest.raises(ValueError, match="NaN"):
+        compile_model(model, calib)
+
+
+def test_percentile_clips_outliers_that_max_keeps():
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1)).eval()
+    calib = np.random.default_rng(0).standard_normal((64, 1, 8, 8)).astype(np.float32)
+    calib[0, 0, 0, 0] = 50.0  # one outlier
+    mods = {
+        "max": compile_model(model, calib, method="max").module,
+        "percentile": compile_model(model, calib, method="percentile", percentile=99.9).module,
+    }
+    ranges = {m: json.loads(str(next(iter(region_functions(mod).values())).attrs["byoc_int8.abs_max"])) for m, mod in mods.items()}
+    assert ranges["max"][0] == 50.0
+    assert ranges["percentile"][0] < 5.0
+
+
+def test_cli_run_and_compile(tmp_path, capsys):
+    report_path = tmp_path / "report.json"
+    assert cli.main(["run", "--model", "resnet18_stem", "--num-calib", "4", "--num-eval", "2", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    for key in ("ops_total", "ops_offloaded", "host_ops", "bit_exact", "max_lsb_diff", "cosine_vs_float",
+                "top1_agreement_vs_float", "compile_seconds", "latency_ms_median"):
+        assert key in report
+    assert report["bit_exact"] is True
+    assert "cosine_vs_float" in capsys.readouterr().out
+
+    # A user's own exported program with a .npy of calibration inputs.
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5)).eval()
+    calib = np.random.default_rng(0).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    torch.export.save(torch.export.export(model, (torch.from_numpy(calib[:1]),)), tmp_path / "m.pt2")
+    np.save(tmp_path / "calib.npy", calib)
+    out = tmp_path / "m.so"
+    assert cli.main(["compile", "--model", str(tmp_path / "m.pt2"), "--calib", str(tmp_path / "calib.npy"), "-o", str(out)]) == 0
+    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(out)), tvm.cpu())
+    y = vm["main"](tvm.runtime.tensor(calib[:1]))
+    y = (y if hasattr(y, "numpy") else y[0]).numpy()
+    assert cosine(y, model(torch.from_numpy(calib[:1])).detach().numpy()) > 0.99
