@@ -179,9 +179,15 @@ def run_float_node(node: Node, args: list[torch.Tensor], out_shape: tuple[int, .
         bias = torch.from_numpy(node.consts["bias"]) if "bias" in node.consts else None
         y = F.conv2d(x, torch.from_numpy(node.consts["weight"]), bias, a["strides"], 0, a["dilation"])
     elif node.op == "max_pool2d":
+        # Pad explicitly, bottom/right as far as the last window of out_shape reaches, so that
+        # ceil_mode needs no special case: windows only ever see real values or -inf.
         top, left, bottom, right = a["padding"]
+        (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
+        h, w = args[0].shape[2:]
+        bottom = max(bottom, (out_shape[2] - 1) * sh + (kh - 1) * dh + 1 - top - h)
+        right = max(right, (out_shape[3] - 1) * sw + (kw - 1) * dw + 1 - left - w)
         x = F.pad(args[0], (left, right, top, bottom), value=float("-inf"))
-        y = F.max_pool2d(x, a["pool_size"], a["strides"], 0, a["dilation"], ceil_mode=a["ceil_mode"])
+        y = F.max_pool2d(x, a["pool_size"], a["strides"], 0, a["dilation"])[:, :, : out_shape[2], : out_shape[3]]
     elif node.op == "add":
         y = args[0] + args[1]
     elif node.op == "global_avg_pool2d":

@@ -161,3 +161,37 @@ def test_cli_run_and_compile(tmp_path, capsys):
     y = vm["main"](tvm.runtime.tensor(calib[:1]))
     y = (y if hasattr(y, "numpy") else y[0]).numpy()
     assert cosine(y, model(torch.from_numpy(calib[:1])).detach().numpy()) > 0.99
+
+
+def test_biased_conv_batch_norm_and_ceil_mode_pool():
+    """conv with its own bias followed by batch norm folds; a ceil_mode pool's partial windows
+    agree between float graph, reference and C."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(8)
+    bn.running_mean.normal_()
+    bn.running_var.uniform_(0.5, 2.0)
+    bn.bias.data.normal_()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), bn, torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, ceil_mode=True)).eval()
+    rng = np.random.default_rng(0)
+    compiled = compile_model(model, rng.standard_normal((16, 3, 16, 16)).astype(np.float32))
+    assert compiled.host_ops == [] and compiled.ops_offloaded == 4  # conv, add, relu, pool
+    x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+    report = evaluate(compiled, model, x, latency_runs=1)
+    assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
+    assert compiled.run(x[:1]).shape == (1, 8, 8, 8)  # ceil((16 - 3) / 2) + 1
+
+
+def test_float_graph_matches_pytorch():
+    """Calibration sees what the model computes: the extracted region, run in float, equals the
+    PyTorch model's output."""
+    from byoc_int8.graph import extract_graph, run_float
+
+    model = BUILTIN_MODELS["resnet18_stem"].make()
+    x = random_inputs((1, 3, 224, 224), 2, 5)
+    parted = partition(import_model(model, (x[:1],)))
+    name, region = next(iter(region_functions(parted.mod).items()))
+    graph = extract_graph(name, region)
+    values = run_float(graph, [x])
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(values[graph.outputs[0]], expected, rtol=1e-4, atol=1e-4)
