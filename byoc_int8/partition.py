@@ -61,6 +61,49 @@ def offloaded_ops(mod: tvm.IRModule) -> int:
     return total
 
 
+REGION_PREFIX = "byoc_int8_region"
+
+
+@relax.expr_functor.mutator
+class _CalleeRenamer(relax.PyExprMutator):
+    def __init__(self, renamed: dict[str, relax.GlobalVar]):
+        super().__init__()
+        self.renamed = renamed
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if isinstance(call.op, relax.GlobalVar) and call.op.name_hint in self.renamed:
+            return relax.Call(self.renamed[call.op.name_hint], call.args, call.attrs, call.ty_args, call.span)
+        return call
+
+
+def _rename_regions(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give regions short names in call order (byoc_int8_region0, ...) instead of the fused-op
+    names MergeCompositeFunctions builds, which run to hundreds of characters; the name becomes
+    the library's symbol and appears in every error message."""
+    regions = region_functions(mod)
+    order: list[str] = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar):
+            if expr.op.name_hint in regions and expr.op.name_hint not in order:
+                order.append(expr.op.name_hint)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    renamed: dict[str, relax.GlobalVar] = {}
+    result = tvm.IRModule(attrs=mod.attrs)
+    for gv, func in mod.functions.items():
+        if gv.name_hint in regions:
+            new_gv = relax.GlobalVar(f"{REGION_PREFIX}{order.index(gv.name_hint)}")
+            relax.expr._update_type(new_gv, gv.ty)  # a call's callee must carry its type
+            renamed[gv.name_hint] = new_gv
+            result[new_gv] = func.with_attr("global_symbol", new_gv.name_hint)
+    for gv, func in mod.functions.items():
+        if gv.name_hint not in regions:
+            result[gv] = _CalleeRenamer(renamed).visit_expr(func) if isinstance(func, relax.Function) else func
+    return result
+
+
 @dataclass
 class Partitioned:
     mod: tvm.IRModule
@@ -74,7 +117,7 @@ def partition(mod: tvm.IRModule) -> Partitioned:
     mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=True, annotate_codegen=False)(mod)
     refusals = patterns.take_refusals()
     mod = relax.transform.MergeCompositeFunctions()(mod)
-    mod = relax.transform.DeadCodeElimination()(mod)
+    mod = _rename_regions(relax.transform.DeadCodeElimination()(mod))
     reasons_by_text = {str(call): reason for call, reason in refusals.items()}
     host = []
     for call in _op_calls(mod["main"]):

@@ -195,3 +195,24 @@ def test_float_graph_matches_pytorch():
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(values[graph.outputs[0]], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_generated_entry_point_checks_its_arguments():
+    """Called directly (not through the VM's own checks), the C entry point refuses wrong
+    argument counts, shapes, dtypes and non-tensors with an error naming region and argument."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    compiled = compile_model(model, np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32))
+    fn = tvm.runtime.load_module(compiled.library_path).get_function("byoc_int8_region0", query_imports=True)
+    good_in = tvm.runtime.tensor(np.zeros((1, 3, 8, 8), np.float32))
+    good_out = tvm.runtime.tensor(np.zeros((1, 4, 6, 6), np.float32))
+    cases = [
+        ((good_in,), "byoc_int8_region0: expected 1 inputs and 1 outputs"),
+        ((good_in, tvm.runtime.tensor(np.zeros((1, 4, 6, 5), np.float32))), r"output 0 must be a compact tensor of shape \(1, 4, 6, 6\)"),
+        ((tvm.runtime.tensor(np.zeros((1, 3, 8, 8), np.int32)), good_out), "input 0 must be float32"),
+        ((1, good_out), "argument input 0 is not a tensor"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=message):
+            fn(*args)
+    fn(good_in, good_out)
+    np.testing.assert_array_equal(good_out.numpy(), compiled.run(np.zeros((1, 3, 8, 8), np.float32)))
