@@ -13,13 +13,15 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 import tvm
+from tqdm import tqdm
 
 from .graph import extract_graph, run_float
 from .partition import region_functions, run_partitioned
 from .quantize import annotate_region
 
-# Values kept per tensor and batch for percentile calibration: enough for a 99.99th percentile.
-_SAMPLE_LIMIT = 1 << 18
+# Values sampled per tensor and batch for the distribution-based calibrators: enough for a
+# 99.99th percentile or a 2048-bin histogram.
+_SAMPLE_LIMIT = 1 << 16
 
 
 class Calibrator:
@@ -45,28 +47,109 @@ class MaxCalibrator(Calibrator):
         return self.abs_max
 
 
-class PercentileCalibrator(Calibrator):
-    """r = the given percentile of |x|: rare outliers are clipped to spend bits on the bulk."""
+class _SampledCalibrator(Calibrator):
+    """Keeps the exact max |x| and a uniform random sample of |x| from every batch."""
 
-    def __init__(self, percentile: float = 99.99) -> None:
-        if not 0 < percentile <= 100:
-            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
-        self.percentile = percentile
-        self.samples: list[np.ndarray] = []
+    def __init__(self) -> None:
         self.abs_max = 0.0
+        self.samples: list[np.ndarray] = []
+        self._generator = torch.Generator().manual_seed(0)
 
     def observe(self, x: torch.Tensor) -> None:
         flat = x.detach().abs().reshape(-1)
         self.abs_max = max(self.abs_max, float(flat.max()))
-        step = max(1, flat.numel() // _SAMPLE_LIMIT)
-        self.samples.append(flat[::step].numpy())
+        if flat.numel() > _SAMPLE_LIMIT:
+            flat = flat[torch.randint(0, flat.numel(), (_SAMPLE_LIMIT,), generator=self._generator)]
+        self.samples.append(flat.numpy())
 
     def range(self) -> float:
-        r = float(np.percentile(np.concatenate(self.samples), self.percentile))
+        if self.abs_max == 0.0:
+            return 0.0
+        return min(self.abs_max, self.choose(np.concatenate(self.samples)))
+
+    def choose(self, abs_values: np.ndarray) -> float:
+        raise NotImplementedError
+
+
+class PercentileCalibrator(_SampledCalibrator):
+    """r = the given percentile of |x|: rare outliers are clipped to spend bits on the bulk."""
+
+    def __init__(self, percentile: float = 99.99) -> None:
+        super().__init__()
+        if not 0 < percentile <= 100:
+            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+        self.percentile = percentile
+
+    def choose(self, abs_values: np.ndarray) -> float:
+        r = float(np.percentile(abs_values, self.percentile))
         return r if r > 0 else self.abs_max
 
 
-CALIBRATORS = {"max": MaxCalibrator, "percentile": PercentileCalibrator}
+class EntropyCalibrator(_SampledCalibrator):
+    """TensorRT's entropy calibration: r minimises KL(P || Q) between the histogram of |x| clipped
+    at r (outliers folded into the last bin) and the same histogram quantized to 128 levels."""
+
+    def __init__(self, bins: int = 2048, levels: int = 128) -> None:
+        super().__init__()
+        self.bins, self.levels = bins, levels
+
+    def choose(self, abs_values: np.ndarray) -> float:
+        hist, edges = np.histogram(abs_values, bins=self.bins, range=(0.0, self.abs_max))
+        hist = hist.astype(np.float64)
+        # The spike of exact zeros a ReLU leaves in bin 0 would dominate both distributions and
+        # push r down; like NVIDIA's calibrator, give bin 0 its neighbour's count instead.
+        hist[0] = hist[1]
+        best_kl, best_i = np.inf, self.bins
+        for i in range(self.levels, self.bins + 1, 8):
+            p = hist[:i].copy()
+            p[-1] += hist[i:].sum()
+            # Q: merge the i bins into `levels` groups, spread each group's mass evenly over its
+            # non-empty bins, as int8 quantization with range edges[i] would.
+            groups = np.minimum(np.arange(i) * self.levels // i, self.levels - 1)
+            nonzero = hist[:i] > 0
+            mass = np.bincount(groups, weights=hist[:i], minlength=self.levels)
+            count = np.bincount(groups, weights=nonzero, minlength=self.levels)
+            q = np.where(nonzero, mass[groups] / np.maximum(count[groups], 1), 0.0)
+            kl = _kl_divergence(p, q)
+            if kl < best_kl:
+                best_kl, best_i = kl, i
+        return float(edges[best_i])
+
+
+def _kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    if q.sum() == 0:
+        return float("inf")
+    p = p / p.sum()
+    q = q / q.sum()
+    mask = p > 0
+    # Bins where P has mass but Q has none get a tiny Q (TensorRT smooths the same way).
+    return float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
+
+
+class MSECalibrator(_SampledCalibrator):
+    """r minimises the mean squared error of int8 quantization of the sampled values."""
+
+    def __init__(self, candidates: int = 100) -> None:
+        super().__init__()
+        self.candidates = candidates
+
+    def choose(self, abs_values: np.ndarray) -> float:
+        best_err, best_r = np.inf, self.abs_max
+        for r in np.linspace(self.abs_max / self.candidates, self.abs_max, self.candidates):
+            scale = r / 127.0
+            q = np.minimum(np.rint(abs_values / scale), 127.0) * scale
+            err = float(np.mean((abs_values - q) ** 2))
+            if err < best_err:
+                best_err, best_r = err, float(r)
+        return best_r
+
+
+CALIBRATORS = {
+    "max": MaxCalibrator,
+    "percentile": PercentileCalibrator,
+    "entropy": EntropyCalibrator,
+    "mse": MSECalibrator,
+}
 
 
 def make_calibrator(method: str, **options) -> Calibrator:
@@ -80,13 +163,16 @@ def calibrate(
     samples: Iterable[np.ndarray] | np.ndarray,
     method: str = "max",
     batch_size: int = 16,
+    progress: bool = False,
     **options,
 ) -> tvm.IRModule:
     """Attach calibrated ranges to every region of a partitioned module.
 
-    `samples` holds calibration inputs stacked on axis 0 (one array), or is an iterable of such
-    batches. Models with one input only.
+    `samples` holds calibration inputs stacked on axis 0 (one array), or is an iterable of
+    batches or of single samples. Models with one input only. `options` go to the calibrator
+    (e.g. ``percentile=99.9``).
     """
+    input_rank = len(mod["main"].params[0].ty.shape.values)
     regions = region_functions(mod)
     graphs = {name: extract_graph(name, f) for name, f in regions.items()}
     stats = {name: [make_calibrator(method, **options) for _ in range(g.num_values)] for name, g in graphs.items()}
@@ -102,8 +188,11 @@ def calibrate(
         return [values[v] for v in graph.outputs]
 
     seen = 0
-    for batch in samples:
+    total = len(samples) if hasattr(samples, "__len__") else None
+    for batch in tqdm(samples, desc=f"calibrating ({method})", unit="batch", total=total, disable=not progress):
         batch = np.asarray(batch, dtype=np.float32)
+        if batch.ndim == input_rank - 1:
+            batch = batch[None]
         if not np.isfinite(batch).all():
             raise ValueError("calibration data contains NaN or infinity")
         run_partitioned(mod, run_region, [torch.from_numpy(batch)])

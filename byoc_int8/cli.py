@@ -11,57 +11,92 @@ import numpy as np
 import torch
 
 from .calibrate import CALIBRATORS
-from .models import BUILTIN_MODELS, random_inputs
-from .pipeline import compile_model, evaluate
+from .inputs import load_inputs
+from .layer_errors import layer_errors, plot_layer_errors
+from .models import BUILTIN_MODELS
+from .pipeline import LAYER_ERROR_INPUTS, compile_model, evaluate
 
 
-def _load_model(args) -> tuple[torch.nn.Module | torch.export.ExportedProgram, torch.nn.Module, np.ndarray, np.ndarray]:
-    """(model to compile, float model to compare with, calibration inputs, evaluation inputs)."""
+def _load_model(args):
+    """(model to compile, float model to compare with, calibration inputs, eval inputs, labels)."""
     if args.model in BUILTIN_MODELS:
         spec = BUILTIN_MODELS[args.model]
         model = spec.make()
-        calib = np.load(args.calib) if args.calib else random_inputs(spec.input_shape, args.num_calib, 1234).numpy()
-        evals = random_inputs(spec.input_shape, args.num_eval, 4321).numpy()
-        return model, model, calib.astype(np.float32), evals
+        calib = load_inputs(args.calib, spec.input_shape) if args.calib else spec.calibration_inputs(args.num_calib)
+        evals, labels = spec.evaluation_set(args.num_eval)
+        return model, model, calib, evals, labels
     path = Path(args.model)
     if path.suffix != ".pt2" or not path.exists():
         raise SystemExit(
             f"unknown model {args.model!r}: use one of {sorted(BUILTIN_MODELS)} or a .pt2 file from torch.export.save"
         )
     if not args.calib:
-        raise SystemExit("--calib PATH.npy is required with a .pt2 model")
+        raise SystemExit("--calib (a .npy file or a directory of images) is required with a .pt2 model")
     program = torch.export.load(str(path))
-    calib = np.load(args.calib).astype(np.float32)
-    return program, program.module(), calib, calib[: args.num_eval]
+    shape = [int(d) for d in next(iter(program.example_inputs[0])).shape]
+    calib = load_inputs(args.calib, shape)
+    return program, program.module(), calib, calib[: args.num_eval or 8], None
+
+
+def _calibration_options(args) -> dict:
+    return {"percentile": args.percentile} if args.method == "percentile" and args.percentile else {}
+
+
+def _print_report(report: dict) -> None:
+    scalars = {k: v for k, v in report.items() if k != "layers"}
+    width = max(len(k) for k in scalars)
+    for key, value in scalars.items():
+        print(f"{key:<{width}}  {value}")
+    if report.get("layers"):
+        print(f"\n{'layer':<28} {'SQNR dB':>8} {'clip range':>11} {'clipped %':>10}")
+        for layer in report["layers"]:
+            print(f"{layer['layer']:<28} {layer['sqnr_db']:>8.2f} {layer['clip_range']:>11.4g} "
+                  f"{100 * layer['clipped_fraction']:>10.4f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="byoc-int8", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("run", "compile, run, check against float and the integer reference"), ("compile", "write the compiled library")):
+    for name, help_text in (
+        ("run", "compile, run, check against float and the integer reference, report"),
+        ("compile", "write the compiled library"),
+    ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--model", default="resnet18", help=f"{', '.join(BUILTIN_MODELS)} or PATH.pt2")
-        p.add_argument("--calib", help="calibration inputs (.npy, stacked on axis 0)")
-        p.add_argument("--method", default="max", choices=sorted(CALIBRATORS))
-        p.add_argument("--num-calib", type=int, default=32, help="random calibration inputs for built-in models")
-        p.add_argument("--num-eval", type=int, default=8, help="evaluation inputs")
+        p.add_argument("--calib", help="calibration inputs: a .npy file (stacked on axis 0) or a directory of images")
+        p.add_argument("--method", default="max", choices=sorted(CALIBRATORS), help="calibrator (default: max)")
+        p.add_argument("--percentile", type=float, help="percentile for --method percentile (default 99.99)")
+        p.add_argument("--num-calib", type=int, help="calibration inputs drawn for a built-in model")
+        p.add_argument("--num-eval", type=int, help="evaluation inputs (default: the model's evaluation set)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "run":
             p.add_argument("--json", help="also write the report to this path")
+            p.add_argument("--plot", help="write per-layer SQNR and an activation histogram to this PNG")
+            p.add_argument("--plot-layer", help="layer whose histogram to draw (default: lowest SQNR)")
         else:
             p.add_argument("-o", "--output", required=True, help="path of the .so to write")
     args = parser.parse_args(argv)
 
-    model, float_model, calib, evals = _load_model(args)
-    output = args.output if args.command == "compile" else None
-    compiled = compile_model(model, calib, method=args.method, output_path=output)
+    model, float_model, calib, evals, labels = _load_model(args)
+    compiled = compile_model(
+        model,
+        calib,
+        method=args.method,
+        output_path=args.output if args.command == "compile" else None,
+        progress=not args.quiet,
+        **_calibration_options(args),
+    )
     if args.command == "compile":
         print(f"wrote {compiled.library_path} ({compiled.ops_offloaded}/{compiled.ops_total} ops offloaded, "
               f"{compiled.compile_seconds:.1f} s)")
         return 0
-    report = {"model": args.model, "calibration": args.method, **evaluate(compiled, float_model, evals)}
-    width = max(len(k) for k in report)
-    for key, value in report.items():
-        print(f"{key:<{width}}  {value}")
+    layers = layer_errors(compiled.module, evals[:LAYER_ERROR_INPUTS])
+    report = {"model": args.model, "calibration": args.method,
+              **evaluate(compiled, float_model, evals, labels=labels, layers=layers)}
+    _print_report(report)
+    if args.plot:
+        drawn = plot_layer_errors(layers, args.plot, args.plot_layer)
+        print(f"\nwrote {args.plot} (histogram of layer {drawn!r})")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0

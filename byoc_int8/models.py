@@ -1,12 +1,16 @@
-"""Built-in models: ResNet-18 (random init, fixed seed) and the seed tutorial's ResNet-18 stem."""
+"""Built-in models: ResNet-18 (random init, fixed seed), the seed tutorial's ResNet-18 stem, and
+the ResNet trained on scikit-learn's digits (real data, for accuracy)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
+
+from . import digits
 
 
 class ResNetStem(nn.Module):
@@ -40,11 +44,10 @@ def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
             m.bias.data.copy_(torch.randn(c, generator=generator) * 0.1)
 
 
-@dataclass(frozen=True)
-class BuiltinModel:
-    name: str
-    input_shape: tuple[int, ...]
-    make: Callable[[], nn.Module]
+def random_inputs(shape: tuple[int, ...], count: int, seed: int) -> torch.Tensor:
+    """`count` standard-normal inputs of `shape` (batch 1 each), stacked on axis 0."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn((count,) + tuple(shape[1:]), generator=g)
 
 
 def _resnet18() -> nn.Module:
@@ -63,13 +66,40 @@ def _stem() -> nn.Module:
     return model.eval()
 
 
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A model the CLI knows by name, with its default calibration and evaluation data."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    make: Callable[[], nn.Module]
+    default_calibration: int = 32
+    default_evaluation: int = 8
+
+    def calibration_inputs(self, count: int | None = None) -> np.ndarray:
+        return random_inputs(self.input_shape, count or self.default_calibration, 1234).numpy()
+
+    def evaluation_set(self, count: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """(inputs, labels or None: random-init models have no ground truth)."""
+        return random_inputs(self.input_shape, count or self.default_evaluation, 4321).numpy(), None
+
+
+class DigitsModel(BuiltinModel):
+    """The ResNet trained on scikit-learn's digits: calibration on training images, evaluation
+    on the whole held-out split, with labels."""
+
+    def calibration_inputs(self, count: int | None = None) -> np.ndarray:
+        return digits.load_split().train_x[: count or self.default_calibration]
+
+    def evaluation_set(self, count: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        split = digits.load_split()
+        n = count or len(split.test_x)
+        return split.test_x[:n], split.test_y[:n]
+
+
 BUILTIN_MODELS = {
     "resnet18": BuiltinModel("resnet18", (1, 3, 224, 224), _resnet18),
     "resnet18_stem": BuiltinModel("resnet18_stem", (1, 3, 224, 224), _stem),
+    "digits": DigitsModel("digits", digits.INPUT_SHAPE, digits.pretrained, default_calibration=256,
+                          default_evaluation=digits.HELD_OUT),
 }
-
-
-def random_inputs(shape: tuple[int, ...], count: int, seed: int) -> torch.Tensor:
-    """`count` standard-normal inputs of `shape` (batch 1 each), stacked on axis 0."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn((count,) + tuple(shape[1:]), generator=g)

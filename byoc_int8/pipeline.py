@@ -15,11 +15,18 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 import tvm
+from tqdm import tqdm
 
 from . import build, reference
 from .calibrate import calibrate
 from .frontend import export_model, to_relax
+from .inputs import load_inputs
+from .layer_errors import LayerError, layer_errors
 from .partition import count_ops, offloaded_ops, partition, region_functions
+
+
+# Inputs over which evaluate() measures per-layer error (the reference runs them as one batch).
+LAYER_ERROR_INPUTS = 16
 
 
 @dataclass
@@ -59,25 +66,35 @@ def compile_model(
     example_inputs: Sequence[torch.Tensor] = (),
     method: str = "max",
     output_path: str | os.PathLike | None = None,
+    progress: bool = False,
     **calibration_options,
 ) -> CompiledModel:
     """Compile a float PyTorch model into one int8 shared library.
 
-    `calibration_data`: calibration inputs stacked on axis 0 (or an iterable of such batches).
-    `example_inputs`: needed for an ``nn.Module`` (shapes to export with); a batch-1 slice of
-    the calibration data is used when omitted.
+    `calibration_data`: calibration inputs stacked on axis 0, a directory of images or a .npy
+    file, or an iterable of batches or samples. `example_inputs`: needed for an ``nn.Module``
+    (shapes to export with) unless the calibration data is an array, whose first sample is used.
+    `method` picks the calibrator (see ``calibrate.CALIBRATORS``); `calibration_options` go to it.
     """
     start = time.perf_counter()
+    stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
     if isinstance(calibration_data, np.ndarray) and not example_inputs:
         example_inputs = (torch.from_numpy(np.ascontiguousarray(calibration_data[:1], dtype=np.float32)),)
     mod = to_relax(export_model(model, example_inputs))
+    if isinstance(calibration_data, (str, os.PathLike)):
+        calibration_data = load_inputs(calibration_data, [int(d) for d in mod["main"].params[0].ty.shape.values])
     ops_total = count_ops(mod)
+    stages.update()
     parted = partition(mod)
-    calibrated = calibrate(parted.mod, calibration_data, method=method, **calibration_options)
+    stages.update()
+    calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress, **calibration_options)
+    stages.update()
     executable = build.build(calibrated)
     if output_path is None:
         output_path = os.path.join(tempfile.mkdtemp(prefix="byoc_int8_"), "model.so")
     build.export(executable, output_path)
+    stages.update()
+    stages.close()
     return CompiledModel(
         library_path=os.fspath(output_path),
         module=calibrated,
@@ -99,9 +116,14 @@ def evaluate(
     float_model: torch.nn.Module,
     inputs: np.ndarray,
     latency_runs: int = 20,
+    labels: np.ndarray | None = None,
+    layers: list[LayerError] | None = None,
 ) -> dict:
-    """The report: offload counts, C vs integer reference, int8 vs float, latency."""
+    """The report: offload counts, C vs integer reference, int8 vs float, accuracy on `labels`
+    when given, per-layer quantization error (`layers`, else computed on the first
+    LAYER_ERROR_INPUTS inputs), latency."""
     max_lsb, bit_exact, cosines, agree = 0.0, True, [], 0
+    correct_int8 = correct_float = 0
     for i in range(len(inputs)):
         x = inputs[i : i + 1]
         c_out = compiled.run(x)
@@ -113,6 +135,9 @@ def evaluate(
         max_lsb = max(max_lsb, float(np.abs(c_out.astype(np.float64) - ref_out).max() / scale))
         cosines.append(cosine(c_out, f_out))
         agree += int(c_out.argmax() == f_out.argmax())
+        if labels is not None:
+            correct_int8 += int(c_out.argmax() == labels[i])
+            correct_float += int(f_out.argmax() == labels[i])
     x = inputs[:1]
     compiled.run(x)  # warm-up
     times = []
@@ -120,6 +145,11 @@ def evaluate(
         t = time.perf_counter()
         compiled.run(x)
         times.append((time.perf_counter() - t) * 1e3)
+    accuracy = {}
+    if labels is not None:
+        accuracy = {"float_accuracy": correct_float / len(inputs), "int8_accuracy": correct_int8 / len(inputs)}
+    if layers is None:
+        layers = layer_errors(compiled.module, inputs[:LAYER_ERROR_INPUTS])
     return {
         "ops_total": compiled.ops_total,
         "ops_offloaded": compiled.ops_offloaded,
@@ -131,7 +161,9 @@ def evaluate(
         "cosine_vs_float": min(cosines),
         "cosine_vs_float_mean": float(np.mean(cosines)),
         "top1_agreement_vs_float": agree / len(inputs),
+        **accuracy,
         "compile_seconds": round(compiled.compile_seconds, 2),
         "latency_ms_median": round(statistics.median(times), 3),
         "library": compiled.library_path,
+        "layers": [e.to_dict() for e in layers],
     }

@@ -119,8 +119,8 @@ def to_logical(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if x.ndim == 4 else x
 
 
-def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """int8 outputs (logical order) of a region for float inputs, as the accelerator computes them."""
+def run_quantized_values(qgraph: QGraph, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """Every int8 value of a region (storage order) for float inputs."""
     g = qgraph.graph
     values = {
         v: to_storage(qarith.quantize_tensor(x, qgraph.scales[v])) for v, x in zip(g.inputs, inputs)
@@ -128,7 +128,13 @@ def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
     for q in qgraph.nodes:
         shape = (values[q.node.inputs[0]].shape[0],) + g.shapes[q.node.output][1:]
         values[q.node.output] = run_node(q, [values[i] for i in q.node.inputs], shape)
-    return [to_logical(values[v]) for v in g.outputs]
+    return values
+
+
+def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """int8 outputs (logical order) of a region for float inputs, as the accelerator computes them."""
+    values = run_quantized_values(qgraph, inputs)
+    return [to_logical(values[v]) for v in qgraph.graph.outputs]
 
 
 def run_region_float(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
