@@ -16,6 +16,7 @@ import tvm
 from tqdm import tqdm
 
 from .graph import extract_graph, run_float
+from .host import HostOpRunner
 from .partition import region_functions, run_partitioned
 from .quantize import annotate_region
 
@@ -187,6 +188,7 @@ def calibrate(
             stats[name][v].observe(x)
         return [values[v] for v in graph.outputs]
 
+    host = HostOpRunner()
     seen = 0
     total = len(samples) if hasattr(samples, "__len__") else None
     for batch in tqdm(samples, desc=f"calibrating ({method})", unit="batch", total=total, disable=not progress):
@@ -195,7 +197,7 @@ def calibrate(
             batch = batch[None]
         if not np.isfinite(batch).all():
             raise ValueError("calibration data contains NaN or infinity")
-        run_partitioned(mod, run_region, [torch.from_numpy(batch)])
+        run_partitioned(mod, run_region, [torch.from_numpy(batch)], host.run_torch)
         seen += len(batch)
     if seen == 0:
         raise ValueError("no calibration samples")

@@ -14,6 +14,7 @@ from .calibrate import CALIBRATORS
 from .inputs import load_inputs
 from .layer_errors import layer_errors, plot_layer_errors
 from .models import BUILTIN_MODELS
+from .partition import Int8OnlyError
 from .pipeline import LAYER_ERROR_INPUTS, compile_model, evaluate
 
 
@@ -43,10 +44,12 @@ def _calibration_options(args) -> dict:
 
 
 def _print_report(report: dict) -> None:
-    scalars = {k: v for k, v in report.items() if k != "layers"}
+    scalars = {k: v for k, v in report.items() if k not in ("layers", "host_ops")}
     width = max(len(k) for k in scalars)
     for key, value in scalars.items():
         print(f"{key:<{width}}  {value}")
+    for op in report["host_ops"]:
+        print(f"  on the host: {op['description']}")
     if report.get("layers"):
         print(f"\n{'layer':<28} {'SQNR dB':>8} {'clip range':>11} {'clipped %':>10}")
         for layer in report["layers"]:
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--percentile", type=float, help="percentile for --method percentile (default 99.99)")
         p.add_argument("--num-calib", type=int, help="calibration inputs drawn for a built-in model")
         p.add_argument("--num-eval", type=int, help="evaluation inputs (default: the model's evaluation set)")
+        p.add_argument("--int8-only", action="store_true",
+                       help="fail, listing them, if any op cannot run in int8 on the accelerator")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "run":
             p.add_argument("--json", help="also write the report to this path")
@@ -78,14 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     model, float_model, calib, evals, labels = _load_model(args)
-    compiled = compile_model(
-        model,
-        calib,
-        method=args.method,
-        output_path=args.output if args.command == "compile" else None,
-        progress=not args.quiet,
-        **_calibration_options(args),
-    )
+    try:
+        compiled = compile_model(
+            model,
+            calib,
+            method=args.method,
+            output_path=args.output if args.command == "compile" else None,
+            progress=not args.quiet,
+            int8_only=args.int8_only,
+            **_calibration_options(args),
+        )
+    except Int8OnlyError as err:
+        print(f"byoc-int8: {err}", file=sys.stderr)
+        return 2
     if args.command == "compile":
         print(f"wrote {compiled.library_path} ({compiled.ops_offloaded}/{compiled.ops_total} ops offloaded, "
               f"{compiled.compile_seconds:.1f} s)")

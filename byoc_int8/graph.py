@@ -17,12 +17,16 @@ import torch.nn.functional as F
 import tvm
 from tvm import relax
 
+from .patterns import prim_number
+
 
 @dataclass
 class Node:
     """One composite: `op` reads `inputs` (value ids) and defines value `output`."""
 
-    op: str  # conv2d | max_pool2d | add | global_avg_pool2d | reshape | dense
+    # conv2d | dense | add | clip | max_pool2d | avg_pool2d | global_avg_pool2d | concat |
+    # reshape | transpose | pad
+    op: str
     inputs: list[int]
     output: int
     attrs: dict = field(default_factory=dict)
@@ -82,42 +86,79 @@ def _bias_for(calls: dict[str, relax.Call], channels: int) -> np.ndarray | None:
     return _const(const, "bias").astype(np.float32).reshape(channels)
 
 
-def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], output: int) -> Node:
+def _activation(calls: dict[str, relax.Call]) -> tuple[float, float] | None:
+    """The (lo, hi) clamp a composite ends with: relu is (0, inf), clip / relu6 its bounds."""
+    if "relax.nn.relu" in calls:
+        return (0.0, float("inf"))
+    if "relax.clip" in calls:
+        clip = calls["relax.clip"]
+        return (prim_number(clip.args[1]), prim_number(clip.args[2]))
+    return None
+
+
+def _window_attrs(a) -> dict:
+    return {
+        "pool_size": _ints(a.pool_size),
+        "strides": _ints(a.strides),
+        "padding": _ints(a.padding),  # top, left, bottom, right
+        "dilation": _ints(a.dilation),
+        "ceil_mode": bool(a.ceil_mode),
+    }
+
+
+def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], output: int, in_shape) -> Node:
     calls = _calls(func)
-    relu = "relax.nn.relu" in calls
+    act = _activation(calls)
     if kind.startswith("conv2d"):
         conv = calls["relax.nn.conv2d"]
         weight = _const(conv.args[1], "conv2d weight").astype(np.float32)
         a = conv.attrs
-        pad = _ints(a.padding)  # top, left, bottom, right
         consts = {"weight": weight}
         bias = _bias_for(calls, weight.shape[0])
         if bias is not None:
             consts["bias"] = bias
         attrs = {
             "strides": _ints(a.strides),
-            "padding": pad,
+            "padding": _ints(a.padding),  # top, left, bottom, right
             "dilation": _ints(a.dilation),
-            "relu": relu,
+            "groups": int(a.groups),
+            "clip": act,
         }
         return Node("conv2d", inputs, output, attrs, consts)
     if kind == "max_pool2d":
-        pool = calls["relax.nn.max_pool2d"]
-        a = pool.attrs
-        attrs = {
-            "pool_size": _ints(a.pool_size),
-            "strides": _ints(a.strides),
-            "padding": _ints(a.padding),
-            "dilation": _ints(a.dilation),
-            "ceil_mode": bool(a.ceil_mode),
-        }
-        return Node("max_pool2d", inputs, output, attrs)
+        return Node("max_pool2d", inputs, output, _window_attrs(calls["relax.nn.max_pool2d"].attrs))
+    if kind == "avg_pool2d":
+        pool = calls["relax.nn.avg_pool2d"]
+        attrs = _window_attrs(pool.attrs) | {"count_include_pad": bool(pool.attrs.count_include_pad)}
+        return Node("avg_pool2d", inputs, output, attrs)
+    if kind == "adaptive_avg_pool2d":
+        out_h, out_w = _ints(calls["relax.nn.adaptive_avg_pool2d"].attrs.output_size)
+        h, w = in_shape[2:]
+        if (out_h, out_w) == (1, 1):
+            return Node("global_avg_pool2d", inputs, output)
+        # Equal windows (the pattern check guarantees divisibility): a plain average pool.
+        kh, kw = h // out_h, w // out_w
+        attrs = {"pool_size": [kh, kw], "strides": [kh, kw], "padding": [0, 0, 0, 0], "dilation": [1, 1],
+                 "ceil_mode": False, "count_include_pad": False}
+        return Node("avg_pool2d", inputs, output, attrs)
     if kind.startswith("add"):
-        return Node("add", inputs, output, {"relu": relu})
+        return Node("add", inputs, output, {"clip": act})
+    if kind in ("relu", "clip"):
+        return Node("clip", inputs, output, {"clip": act})
     if kind == "global_avg_pool2d":
         return Node("global_avg_pool2d", inputs, output)
     if kind == "reshape":
         return Node("reshape", inputs, output)
+    if kind == "transpose":
+        return Node("transpose", inputs, output, {"axes": _ints(calls["relax.permute_dims"].attrs.axes)})
+    if kind == "concat":
+        return Node("concat", inputs, output, {"axis": int(calls["relax.concat"].attrs.axis)})
+    if kind == "pad":
+        pad = calls["relax.nn.pad"]
+        widths = _ints(pad.attrs.pad_width)
+        attrs = {"pads": [tuple(widths[i : i + 2]) for i in range(0, len(widths), 2)],
+                 "value": float(pad.attrs.pad_value)}
+        return Node("pad", inputs, output, attrs)
     if kind.startswith("dense"):
         matmul = calls["relax.matmul"]
         weight = _const(matmul.args[1], "dense weight").astype(np.float32)  # (depth, units)
@@ -125,7 +166,7 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
         bias = _bias_for(calls, weight.shape[1])
         if bias is not None:
             consts["bias"] = bias
-        return Node("dense", inputs, output, {"relu": relu}, consts)
+        return Node("dense", inputs, output, {"clip": act}, consts)
     raise UnsupportedCompositeError(f"no int8 lowering for composite ccompiler.{kind}")
 
 
@@ -150,7 +191,9 @@ def extract_graph(name: str, region: relax.Function) -> Graph:
                 kind = composite.split(".", 1)[1]
                 output = len(shapes)
                 shapes[output] = _shape(binding.var)
-                node = _node_from_composite(kind, func, [value_of[a] for a in value.args], output)
+                args = [f for a in value.args for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
+                inputs = [value_of[a] for a in args]
+                node = _node_from_composite(kind, func, inputs, output, shapes[inputs[0]])
                 node.composite = composite
                 nodes.append(node)
                 value_of[binding.var] = output
@@ -170,38 +213,55 @@ def extract_graph(name: str, region: relax.Function) -> Graph:
     return Graph(name, list(range(len(region.params))), outputs, shapes, nodes)
 
 
+def _pad_to_windows(x: torch.Tensor, a: dict, out_hw, value: float) -> torch.Tensor:
+    """Pad explicitly, bottom/right as far as the last window of out_hw reaches, so that
+    ceil_mode needs no special case."""
+    top, left, bottom, right = a["padding"]
+    (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
+    h, w = x.shape[2:]
+    bottom = max(bottom, (out_hw[0] - 1) * sh + (kh - 1) * dh + 1 - top - h)
+    right = max(right, (out_hw[1] - 1) * sw + (kw - 1) * dw + 1 - left - w)
+    return F.pad(x, (left, right, top, bottom), value=value)
+
+
 def run_float_node(node: Node, args: list[torch.Tensor], out_shape: tuple[int, ...]) -> torch.Tensor:
     """One node in float32 with PyTorch, on logical (NCHW) tensors."""
     a = node.attrs
+    x = args[0]
     if node.op == "conv2d":
         top, left, bottom, right = a["padding"]
-        x = F.pad(args[0], (left, right, top, bottom))
         bias = torch.from_numpy(node.consts["bias"]) if "bias" in node.consts else None
-        y = F.conv2d(x, torch.from_numpy(node.consts["weight"]), bias, a["strides"], 0, a["dilation"])
+        y = F.conv2d(F.pad(x, (left, right, top, bottom)), torch.from_numpy(node.consts["weight"]), bias,
+                     a["strides"], 0, a["dilation"], a["groups"])
     elif node.op == "max_pool2d":
-        # Pad explicitly, bottom/right as far as the last window of out_shape reaches, so that
-        # ceil_mode needs no special case: windows only ever see real values or -inf.
-        top, left, bottom, right = a["padding"]
-        (kh, kw), (sh, sw), (dh, dw) = a["pool_size"], a["strides"], a["dilation"]
-        h, w = args[0].shape[2:]
-        bottom = max(bottom, (out_shape[2] - 1) * sh + (kh - 1) * dh + 1 - top - h)
-        right = max(right, (out_shape[3] - 1) * sw + (kw - 1) * dw + 1 - left - w)
-        x = F.pad(args[0], (left, right, top, bottom), value=float("-inf"))
-        y = F.max_pool2d(x, a["pool_size"], a["strides"], 0, a["dilation"])[:, :, : out_shape[2], : out_shape[3]]
+        padded = _pad_to_windows(x, a, out_shape[2:], float("-inf"))
+        y = F.max_pool2d(padded, a["pool_size"], a["strides"], 0, a["dilation"])[:, :, : out_shape[2], : out_shape[3]]
+    elif node.op == "avg_pool2d":
+        top, left = a["padding"][:2]
+        y = F.avg_pool2d(x, a["pool_size"], a["strides"], (top, left), a["ceil_mode"], a["count_include_pad"])
     elif node.op == "add":
-        y = args[0] + args[1]
+        y = x + args[1]
+    elif node.op == "clip":
+        y = x
     elif node.op == "global_avg_pool2d":
-        y = args[0].mean(dim=(2, 3))
+        y = x.mean(dim=(2, 3))
     elif node.op == "reshape":
-        y = args[0]
+        y = x
+    elif node.op == "transpose":
+        y = x.permute(*a["axes"])
+    elif node.op == "concat":
+        y = torch.cat(args, dim=a["axis"])
+    elif node.op == "pad":
+        flat = [p for before_after in reversed(a["pads"]) for p in before_after]
+        y = F.pad(x, flat, value=a["value"])
     elif node.op == "dense":
         bias = torch.from_numpy(node.consts["bias"]) if "bias" in node.consts else None
-        y = F.linear(args[0], torch.from_numpy(node.consts["weight"]), bias)
+        y = F.linear(x, torch.from_numpy(node.consts["weight"]), bias)
     else:
         raise UnsupportedCompositeError(f"no float lowering for {node.op}")
-    if a.get("relu"):
-        y = torch.relu(y)
-    return y.reshape((args[0].shape[0],) + tuple(out_shape[1:]))
+    if a.get("clip"):
+        y = torch.clamp(y, *a["clip"])
+    return y.reshape((x.shape[0],) + tuple(out_shape[1:]))
 
 
 def run_float(graph: Graph, inputs: list[torch.Tensor]) -> dict[int, torch.Tensor]:

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import qarith, reference
+from . import layout, qarith, reference
 from .graph import extract_graph, run_float
-from .partition import region_functions, run_partitioned
+from .host import HostOpRunner
+from .partition import REGION_PREFIX, region_functions, run_partitioned
 from .quantize import quantized_region
 
 _HISTOGRAM_SAMPLES = 1 << 17
@@ -69,19 +70,22 @@ def layer_errors(mod, inputs: np.ndarray) -> list[LayerError]:
         q = qgraphs[name]
         values = reference.run_quantized_values(q, args)
         int8_values[name] = {
-            v: qarith.dequantize_tensor(reference.to_logical(x), q.scales[v]) for v, x in values.items()
+            v: qarith.dequantize_tensor(layout.to_logical(x), q.scales[v]) for v, x in values.items()
         }
         return [int8_values[name][v] for v in q.graph.outputs]
 
     x = np.asarray(inputs, np.float32)
-    run_partitioned(mod, run_float_region, [torch.from_numpy(x)])
-    run_partitioned(mod, run_int8_region, [x])
+    host = HostOpRunner()
+    run_partitioned(mod, run_float_region, [torch.from_numpy(x)], host.run_torch)
+    run_partitioned(mod, run_int8_region, [x], host.run)
 
     errors = []
     rng = np.random.default_rng(0)
     for name, graph in graphs.items():
-        labels = {v: f"input {i}" for i, v in enumerate(graph.inputs)}
-        labels.update({n.output: f"{i} {n.composite.split('.', 1)[1]}" for i, n in enumerate(graph.nodes)})
+        # Layers are named by position in their region, prefixed by the region when there are several.
+        prefix = f"{name.removeprefix(REGION_PREFIX)}/" if len(graphs) > 1 else ""
+        labels = {v: f"{prefix}input {i}" for i, v in enumerate(graph.inputs)}
+        labels.update({n.output: f"{prefix}{i} {n.composite.split('.', 1)[1]}" for i, n in enumerate(graph.nodes)})
         for v in range(graph.num_values):
             f, q = float_values[name][v], int8_values[name][v]
             r = qgraphs[name].scales[v] * qarith.INT8_MAX

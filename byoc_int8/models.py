@@ -33,6 +33,30 @@ class ResNetStem(nn.Module):
         return self.bn3(self.conv3(y)) + pooled
 
 
+class Seed002Net(nn.Module):
+    """The network of seed 002 (a TVM forum question), rebuilt: an NHWC 28x28x1 input, conv 5x5 x8,
+    relu, max pool 2, conv 5x5 x16, relu, max pool 3, flatten, dense 10, with the seed graph's
+    NHWC <-> NCHW transposes around every convolution and before the flatten."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 5, padding=2)
+        self.conv2 = nn.Conv2d(8, 16, 5, padding=2)
+        self.dense = nn.Linear(256, 10)
+
+    @staticmethod
+    def _nhwc_round_trip(x: torch.Tensor) -> torch.Tensor:
+        # layout_transform NCHW -> NHWC for the accelerator's conv, and back.
+        return x.permute(0, 2, 3, 1).permute(0, 3, 1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(0, 3, 1, 2)  # NHWC input -> NCHW
+        x = nn.functional.max_pool2d(torch.relu(self.conv1(self._nhwc_round_trip(x))), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(self._nhwc_round_trip(x))), 3)
+        x = x.permute(0, 2, 3, 1)  # NCHW -> NHWC before the flatten, as in the seed
+        return self.dense(x.reshape(x.shape[0], -1))
+
+
 def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
     """Give batch norms non-trivial statistics so that folding them is actually exercised."""
     for m in model.modules():
@@ -50,13 +74,21 @@ def random_inputs(shape: tuple[int, ...], count: int, seed: int) -> torch.Tensor
     return torch.randn((count,) + tuple(shape[1:]), generator=g)
 
 
-def _resnet18() -> nn.Module:
-    import torchvision
+def _torchvision(name: str) -> Callable[[], nn.Module]:
+    def make() -> nn.Module:
+        import torchvision
 
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, name)()
+        _randomize_batch_norm(model, torch.Generator().manual_seed(1))
+        return model.eval()
+
+    return make
+
+
+def _seed002() -> nn.Module:
     torch.manual_seed(0)
-    model = torchvision.models.resnet18()
-    _randomize_batch_norm(model, torch.Generator().manual_seed(1))
-    return model.eval()
+    return Seed002Net().eval()
 
 
 def _stem() -> nn.Module:
@@ -98,7 +130,12 @@ class DigitsModel(BuiltinModel):
 
 
 BUILTIN_MODELS = {
-    "resnet18": BuiltinModel("resnet18", (1, 3, 224, 224), _resnet18),
+    "resnet18": BuiltinModel("resnet18", (1, 3, 224, 224), _torchvision("resnet18")),
+    "resnet50": BuiltinModel("resnet50", (1, 3, 224, 224), _torchvision("resnet50")),
+    "mobilenet_v2": BuiltinModel("mobilenet_v2", (1, 3, 224, 224), _torchvision("mobilenet_v2")),
+    "squeezenet1_1": BuiltinModel("squeezenet1_1", (1, 3, 224, 224), _torchvision("squeezenet1_1")),
+    "vgg11_bn": BuiltinModel("vgg11_bn", (1, 3, 224, 224), _torchvision("vgg11_bn")),
+    "seed002": BuiltinModel("seed002", (1, 28, 28, 1), _seed002),
     "resnet18_stem": BuiltinModel("resnet18_stem", (1, 3, 224, 224), _stem),
     "digits": DigitsModel("digits", digits.INPUT_SHAPE, digits.pretrained, default_calibration=256,
                           default_evaluation=digits.HELD_OUT),

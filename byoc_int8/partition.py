@@ -18,9 +18,29 @@ from . import patterns
 
 @dataclass(frozen=True)
 class HostOp:
+    """An op left on the host, where it is in ``main`` and why no composite took it."""
+
     op: str
-    shape: str
+    var: str  # the Relax variable it defines in main
+    position: int  # index among main's op calls, in program order
+    type: str
     reason: str
+    span: str | None = None  # source location, where TVM keeps one
+
+    def describe(self) -> str:
+        where = f"main's op #{self.position} ({self.var} = {self.op}: {self.type})"
+        return f"{where}{f' at {self.span}' if self.span else ''}: {self.reason}"
+
+
+class Int8OnlyError(RuntimeError):
+    """Strict mode: some ops could not be placed in a ccompiler region."""
+
+    def __init__(self, host_ops: list[HostOp]):
+        self.host_ops = host_ops
+        lines = "\n".join(f"  - {h.describe()}" for h in host_ops)
+        super().__init__(
+            f"int8_only: {len(host_ops)} op(s) cannot run in int8 on the accelerator:\n{lines}"
+        )
 
 
 def _op_calls(func: relax.Function) -> list[relax.Call]:
@@ -110,29 +130,63 @@ class Partitioned:
     host_ops: list[HostOp]
 
 
-def partition(mod: tvm.IRModule) -> Partitioned:
-    """Offload every supported op to ``ccompiler`` regions; report the rest."""
+def partition(mod: tvm.IRModule, int8_only: bool = False) -> Partitioned:
+    """Offload every supported op to ``ccompiler`` regions; report the rest.
+
+    With `int8_only`, any op left outside the regions is an error (:class:`Int8OnlyError`)
+    that lists all of them, with where they are and why.
+    """
     fusion = patterns.fusion_patterns()
     patterns.take_refusals()
     mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=True, annotate_codegen=False)(mod)
     refusals = patterns.take_refusals()
     mod = relax.transform.MergeCompositeFunctions()(mod)
     mod = _rename_regions(relax.transform.DeadCodeElimination()(mod))
+    # FuseOpsByPattern rebuilds main, so refused calls are found again by their printed form.
     reasons_by_text = {str(call): reason for call, reason in refusals.items()}
     host = []
-    for call in _op_calls(mod["main"]):
-        reason = reasons_by_text.get(str(call), f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
-        host.append(HostOp(call.op.name, str(call.ty), reason))
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op):
+                reason = reasons_by_text.get(str(call), f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
+                span = str(call.span) if call.span is not None else None
+                host.append(HostOp(call.op.name, binding.var.name, len(host), str(call.ty), reason, span))
+    if int8_only and host:
+        raise Int8OnlyError(host)
     return Partitioned(mod, host)
+
+
+def boundary_crossings(mod: tvm.IRModule) -> int:
+    """Float <-> int8 conversions per inference: every region input is quantized on the way in
+    and every region output dequantized on the way out."""
+    total = 0
+    regions = region_functions(mod)
+
+    def visit(expr):
+        nonlocal total
+        if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and expr.op.name_hint in regions:
+            ty = expr.ty
+            total += len(expr.args) + (len(ty.fields) if isinstance(ty, tvm.ir.TupleType) else 1)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return total
 
 
 class HostOpError(NotImplementedError):
     """An op outside the ccompiler regions that the Python-side interpreter cannot run."""
 
 
-def run_partitioned(mod: tvm.IRModule, run_region: Callable[[str, list], list], inputs: list) -> list:
+def run_partitioned(
+    mod: tvm.IRModule,
+    run_region: Callable[[str, list], list],
+    inputs: list,
+    run_host: Callable[[relax.Call, list], object] | None = None,
+) -> list:
     """Interpret a partitioned ``main``: each region call goes to ``run_region(name, args)``,
-    which returns the region's outputs as a list; tuples are handled structurally.
+    which returns the region's outputs as a list; every other op call to
+    ``run_host(call, args)`` (args: values of tensor arguments, lists for tuples, None for
+    constants); tuples are handled structurally.
 
     This is how calibration (float) and the integer reference see a whole model.
     """
@@ -150,8 +204,15 @@ def run_partitioned(mod: tvm.IRModule, run_region: Callable[[str, list], list], 
         if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and expr.op.name_hint in regions:
             outs = run_region(expr.op.name_hint, [value(a) for a in expr.args])
             return outs if isinstance(expr.ty, tvm.ir.TupleType) else outs[0]
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and run_host is not None:
+            return run_host(expr, [host_arg(a) for a in expr.args])
         name = expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else type(expr).__name__
-        raise HostOpError(f"cannot interpret host op {name} outside the ccompiler regions")
+        raise HostOpError(f"cannot interpret {name} outside the ccompiler regions")
+
+    def host_arg(expr):
+        if isinstance(expr, (relax.Var, relax.Tuple, relax.TupleGetItem)):
+            return value(expr)
+        return None  # constants and attributes are compiled into the host function
 
     for block in main.body.blocks:
         for binding in block.bindings:

@@ -10,6 +10,7 @@ specific (longest) patterns last.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
+
+# Largest tensor rank of the layout kernels (B8_MAX_RANK in byoc_int8.h).
+MAX_RANK = 6
 
 CODEGEN_NAME = "ccompiler"
 
@@ -30,6 +34,12 @@ def take_refusals() -> dict[relax.Call, str]:
     refusals = dict(_refusals)
     _refusals.clear()
     return refusals
+
+
+def prim_number(expr: relax.Expr) -> float:
+    """The number held by a PrimValue argument (clip bounds arrive as int or float PrimValues)."""
+    value = expr.value
+    return float(value.value if hasattr(value, "value") else value)
 
 
 def _static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
@@ -78,19 +88,62 @@ def _check_conv2d(ctx: PatternCheckContext) -> str | None:
         return problem
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout != "NCHW":
         return f"conv2d layout {attrs.data_layout}/{attrs.kernel_layout} (NCHW/OIHW only)"
-    if int(attrs.groups) != 1:
-        return f"grouped conv2d (groups={int(attrs.groups)}) has no int8 kernel yet"
+    groups, in_c = int(attrs.groups), _static_shape(conv.args[0])[1]
+    out_c, group_in = _static_shape(conv.args[1])[:2]
+    if in_c % groups or out_c % groups or group_in * groups != in_c:
+        return f"conv2d groups={groups} do not divide {in_c} input / {out_c} output channels"
     if "bias" in ctx.annotated_expr:
-        channels = _static_shape(conv.args[1])[0]
-        return _channel_bias_problem(ctx.annotated_expr["bias"], channels, 4)
+        return _channel_bias_problem(ctx.annotated_expr["bias"], out_c, 4)
+    return _activation_problem(ctx)
+
+
+def _activation_problem(ctx: PatternCheckContext) -> str | None:
+    """A fused or standalone clip needs constant bounds lo <= hi."""
+    clip = ctx.annotated_expr.get("clip")
+    if clip is None:
+        return None
+    try:
+        lo, hi = prim_number(clip.args[1]), prim_number(clip.args[2])
+    except (AttributeError, TypeError, ValueError):
+        return "clip bounds are not constants"
+    if math.isnan(lo) or math.isnan(hi) or lo > hi:
+        return f"clip bounds ({lo}, {hi}) do not form a range"
     return None
 
 
-def _check_max_pool2d(ctx: PatternCheckContext) -> str | None:
-    pool = ctx.annotated_expr["root"]
+def _pool_problem(pool: relax.Call, name: str) -> str | None:
     if pool.attrs.layout != "NCHW" or pool.attrs.out_layout != "NCHW":
-        return f"max_pool2d layout {pool.attrs.layout} (NCHW only)"
-    return _tensor_problem(pool.args[0], "max_pool2d input", 4)
+        return f"{name} layout {pool.attrs.layout} (NCHW only)"
+    return _tensor_problem(pool.args[0], f"{name} input", 4)
+
+
+def _check_max_pool2d(ctx: PatternCheckContext) -> str | None:
+    return _pool_problem(ctx.annotated_expr["root"], "max_pool2d")
+
+
+def _check_avg_pool2d(ctx: PatternCheckContext) -> str | None:
+    pool = ctx.annotated_expr["root"]
+    problem = _pool_problem(pool, "avg_pool2d")
+    if problem:
+        return problem
+    top, left, bottom, right = (int(p) for p in pool.attrs.padding)
+    if (top, left) != (bottom, right):
+        return f"avg_pool2d with asymmetric padding {[top, left, bottom, right]}"
+    if any(int(d) != 1 for d in pool.attrs.dilation):
+        return "avg_pool2d with dilation"
+    return None
+
+
+def _check_adaptive_avg_pool2d(ctx: PatternCheckContext) -> str | None:
+    pool = ctx.annotated_expr["root"]
+    problem = _pool_problem(pool, "adaptive_avg_pool2d")
+    if problem:
+        return problem
+    h, w = _static_shape(pool.args[0])[2:]
+    out_h, out_w = (int(d) for d in pool.attrs.output_size) if pool.attrs.output_size else (h, w)
+    if (out_h, out_w) != (1, 1) and (h % out_h or w % out_w):
+        return f"adaptive_avg_pool2d {h}x{w} -> {out_h}x{out_w} has unequal windows"
+    return None
 
 
 def _check_add(ctx: PatternCheckContext) -> str | None:
@@ -104,7 +157,11 @@ def _check_add(ctx: PatternCheckContext) -> str | None:
             return problem
     if _static_shape(lhs) != _static_shape(rhs):
         return f"broadcasting add {_static_shape(lhs)} + {_static_shape(rhs)}"
-    return None
+    return _activation_problem(ctx)
+
+
+def _check_clip(ctx: PatternCheckContext) -> str | None:
+    return _tensor_problem(ctx.annotated_expr["root"].args[0], "clip input") or _activation_problem(ctx)
 
 
 def _check_mean(ctx: PatternCheckContext) -> str | None:
@@ -118,30 +175,77 @@ def _check_mean(ctx: PatternCheckContext) -> str | None:
     return None
 
 
+def _layout_problem(op: str, in_shape: tuple[int, ...], out_shape: tuple[int, ...] | None) -> str | None:
+    """Layout ops run on any tensor up to the kernels' rank, but must keep the batch axis first:
+    calibration runs many samples as one batch."""
+    if out_shape is None:
+        return f"{op} to a dynamic shape"
+    if max(len(in_shape), len(out_shape)) > MAX_RANK:
+        return f"{op} of rank {max(len(in_shape), len(out_shape))} (at most {MAX_RANK})"
+    if not in_shape or not out_shape or in_shape[0] != out_shape[0]:
+        return f"{op} {in_shape} -> {out_shape} changes the batch axis"
+    return None
+
+
 def _check_reshape(ctx: PatternCheckContext) -> str | None:
     reshape = ctx.annotated_expr["root"]
-    problem = _tensor_problem(reshape.args[0], "reshape input")
+    return _tensor_problem(reshape.args[0], "reshape input") or _layout_problem(
+        "reshape", _static_shape(reshape.args[0]), _static_shape(reshape)
+    )
+
+
+def _check_transpose(ctx: PatternCheckContext) -> str | None:
+    transpose = ctx.annotated_expr["root"]
+    problem = _tensor_problem(transpose.args[0], "permute_dims input")
     if problem:
         return problem
-    out = _static_shape(reshape)
-    if out is None:
-        return "reshape to a dynamic shape"
-    if len(out) == 4 and out[2] * out[3] != 1:
-        return f"reshape to the 4-D image shape {out} (only flattening reshapes run in int8)"
-    return None
+    axes = [int(a) for a in transpose.attrs.axes] if transpose.attrs.axes is not None else None
+    if axes is not None and axes[0] != 0:
+        return f"permute_dims {axes} moves the batch axis"
+    return _layout_problem("permute_dims", _static_shape(transpose.args[0]), _static_shape(transpose))
+
+
+def _check_concat(ctx: PatternCheckContext) -> str | None:
+    concat = ctx.annotated_expr["root"]
+    fields = concat.args[0].fields if isinstance(concat.args[0], relax.Tuple) else None
+    if fields is None:
+        return "concat of a tuple that is not built in place"
+    for field in fields:
+        problem = _tensor_problem(field, "concat input")
+        if problem:
+            return problem
+    rank = len(_static_shape(fields[0]))
+    if int(concat.attrs.axis) % rank == 0:
+        return "concat along the batch axis"
+    return _layout_problem("concat", _static_shape(fields[0]), _static_shape(concat))
+
+
+def _check_pad(ctx: PatternCheckContext) -> str | None:
+    pad = ctx.annotated_expr["root"]
+    problem = _tensor_problem(pad.args[0], "pad input")
+    if problem:
+        return problem
+    if pad.attrs.pad_mode != "constant":
+        return f"pad mode {pad.attrs.pad_mode!r} (constant only)"
+    widths = [int(w) for w in pad.attrs.pad_width]
+    if widths[0] or widths[1]:
+        return "pad along the batch axis"
+    if min(widths) < 0 or not math.isfinite(float(pad.attrs.pad_value)):
+        return "negative padding or a non-finite pad value"
+    return _layout_problem("pad", _static_shape(pad.args[0]), _static_shape(pad))
 
 
 def _check_dense(ctx: PatternCheckContext) -> str | None:
     matmul = ctx.annotated_expr["matmul"]
-    problem = _tensor_problem(matmul.args[0], "dense input", 2) or _tensor_problem(
-        matmul.args[1], "dense weight", 2
-    )
+    problem = _tensor_problem(matmul.args[1], "dense weight", 2) or _tensor_problem(matmul.args[0], "dense input")
     if problem:
         return problem
+    if len(_static_shape(matmul.args[0])) not in (2, 3):
+        return f"dense over a rank-{len(_static_shape(matmul.args[0]))} input (2 or 3 only)"
     if "bias" in ctx.annotated_expr:
         units = _static_shape(matmul.args[1])[1]
-        return _channel_bias_problem(ctx.annotated_expr["bias"], units, 2)
-    return None
+        problem = _channel_bias_problem(ctx.annotated_expr["bias"], units, len(_static_shape(matmul.args[0])))
+    return problem or _activation_problem(ctx)
 
 
 def _recorded(check: Callable[[PatternCheckContext], str | None]) -> Callable[[PatternCheckContext], bool]:
@@ -168,37 +272,44 @@ class CompositeSpec:
         return f"{CODEGEN_NAME}.{self.kind}"
 
 
-def _conv2d(bias: bool, relu: bool) -> CompositeSpec:
+def _with_activation(root: DFPattern, ann: dict, activation: str) -> DFPattern:
+    """root, root -> relu, or root -> clip (relu6, hardtanh, clamp)."""
+    if activation == "relu":
+        return is_op("relax.nn.relu")(root)
+    if activation == "clip":
+        ann["clip"] = is_op("relax.clip")(root, wildcard(), wildcard())
+        return ann["clip"]
+    return root
+
+
+def _conv2d(bias: bool, activation: str) -> CompositeSpec:
     conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
     ann = {"conv": conv}
     root = conv
     if bias:
-        root = ann["bias_add"] = is_op("relax.add")(conv, ann.setdefault("bias", is_const()))
-    if relu:
-        root = is_op("relax.nn.relu")(root)
-    ann["root"] = root
-    kind = "conv2d" + ("_bias" if bias else "") + ("_relu" if relu else "")
+        root = is_op("relax.add")(conv, ann.setdefault("bias", is_const()))
+    root = ann["root"] = _with_activation(root, ann, activation)
+    kind = "conv2d" + ("_bias" if bias else "") + (f"_{activation}" if activation else "")
     return CompositeSpec(kind, root, ann, _check_conv2d)
 
 
-def _dense(bias: bool, relu: bool) -> CompositeSpec:
+def _dense(bias: bool, activation: str) -> CompositeSpec:
     matmul = is_op("relax.matmul")(wildcard(), is_const())
     ann = {"matmul": matmul}
     root = matmul
     if bias:
         b = ann["bias"] = is_const()
         root = is_op("relax.add")(matmul, b) | is_op("relax.add")(b, matmul)
-    if relu:
-        root = is_op("relax.nn.relu")(root)
-    ann["root"] = root
-    kind = "dense" + ("_bias" if bias else "") + ("_relu" if relu else "")
+    root = ann["root"] = _with_activation(root, ann, activation)
+    kind = "dense" + ("_bias" if bias else "") + (f"_{activation}" if activation else "")
     return CompositeSpec(kind, root, ann, _check_dense)
 
 
-def _add(relu: bool) -> CompositeSpec:
+def _add(activation: str) -> CompositeSpec:
     add = is_op("relax.add")(wildcard(), wildcard())
-    root = is_op("relax.nn.relu")(add) if relu else add
-    return CompositeSpec("add_relu" if relu else "add", root, {"add": add, "root": root}, _check_add)
+    ann = {"add": add}
+    root = ann["root"] = _with_activation(add, ann, activation)
+    return CompositeSpec("add" + (f"_{activation}" if activation else ""), root, ann, _check_add)
 
 
 def _single(kind: str, op: str, arity: int, check: Callable[[PatternCheckContext], str | None]) -> CompositeSpec:
@@ -206,20 +317,29 @@ def _single(kind: str, op: str, arity: int, check: Callable[[PatternCheckContext
     return CompositeSpec(kind, root, {"root": root}, check)
 
 
-# Lowest priority first (TVM tries the last entry first).
+def _clip() -> CompositeSpec:
+    root = is_op("relax.clip")(wildcard(), wildcard(), wildcard())
+    return CompositeSpec("clip", root, {"root": root, "clip": root}, _check_clip)
+
+
+ACTIVATIONS = ("", "relu", "clip")
+
+# Lowest priority first (TVM tries the last entry first): single ops, then the fused chains,
+# longest last, so that a conv takes its bias and activation with it.
 PATTERN_TABLE: list[CompositeSpec] = [
+    _single("relu", "relax.nn.relu", 1, lambda ctx: _tensor_problem(ctx.annotated_expr["root"].args[0], "relu input")),
+    _clip(),
     _single("reshape", "relax.reshape", 2, _check_reshape),
+    _single("transpose", "relax.permute_dims", 1, _check_transpose),
+    _single("pad", "relax.nn.pad", 1, _check_pad),
+    _single("concat", "relax.concat", 1, _check_concat),
     _single("global_avg_pool2d", "relax.mean", 1, _check_mean),
+    _single("adaptive_avg_pool2d", "relax.nn.adaptive_avg_pool2d", 1, _check_adaptive_avg_pool2d),
+    _single("avg_pool2d", "relax.nn.avg_pool2d", 1, _check_avg_pool2d),
     _single("max_pool2d", "relax.nn.max_pool2d", 1, _check_max_pool2d),
-    _add(relu=False),
-    _add(relu=True),
-    _dense(bias=False, relu=False),
-    _dense(bias=True, relu=False),
-    _dense(bias=True, relu=True),
-    _conv2d(bias=False, relu=False),
-    _conv2d(bias=False, relu=True),
-    _conv2d(bias=True, relu=False),
-    _conv2d(bias=True, relu=True),
+    *[_add(act) for act in ACTIVATIONS],
+    *[_dense(bias, act) for bias in (False, True) for act in ACTIVATIONS],
+    *[_conv2d(bias, act) for bias in (False, True) for act in ACTIVATIONS],
 ]
 
 

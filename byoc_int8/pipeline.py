@@ -22,7 +22,8 @@ from .calibrate import calibrate
 from .frontend import export_model, to_relax
 from .inputs import load_inputs
 from .layer_errors import LayerError, layer_errors
-from .partition import count_ops, offloaded_ops, partition, region_functions
+from .host import HostOpRunner
+from .partition import boundary_crossings, count_ops, offloaded_ops, partition, region_functions
 
 
 # Inputs over which evaluate() measures per-layer error (the reference runs them as one batch).
@@ -39,8 +40,10 @@ class CompiledModel:
     ops_offloaded: int
     host_ops: list[dict]
     regions: int
+    boundary_crossings: int
     compile_seconds: float
     _vm: object = field(default=None, repr=False)
+    _host: HostOpRunner = field(default_factory=HostOpRunner, repr=False)
 
     @property
     def vm(self) -> tvm.relax.VirtualMachine:
@@ -55,9 +58,11 @@ class CompiledModel:
             out = out[0]
         return out.numpy()
 
-    def run_reference(self, x: np.ndarray) -> tuple[np.ndarray, float]:
-        """First output as the integer reference computes it, and its int8 scale."""
-        return reference.run_module(self.module, [np.asarray(x, dtype=np.float32)])[0]
+    def run_reference(self, x: np.ndarray) -> tuple[np.ndarray, float | None]:
+        """First output as the integer reference computes it, and the int8 scale it was
+        dequantized from (None when a host op produces it)."""
+        out = reference.run_module(self.module, [np.asarray(x, dtype=np.float32)], self._host)[0]
+        return out, reference.output_scales(self.module)[0]
 
 
 def compile_model(
@@ -67,6 +72,7 @@ def compile_model(
     method: str = "max",
     output_path: str | os.PathLike | None = None,
     progress: bool = False,
+    int8_only: bool = False,
     **calibration_options,
 ) -> CompiledModel:
     """Compile a float PyTorch model into one int8 shared library.
@@ -75,6 +81,8 @@ def compile_model(
     file, or an iterable of batches or samples. `example_inputs`: needed for an ``nn.Module``
     (shapes to export with) unless the calibration data is an array, whose first sample is used.
     `method` picks the calibrator (see ``calibrate.CALIBRATORS``); `calibration_options` go to it.
+    `int8_only`: refuse (``partition.Int8OnlyError``, listing them) any op that would stay on the
+    host in float; by default such ops run on the host between int8 regions.
     """
     start = time.perf_counter()
     stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
@@ -85,7 +93,7 @@ def compile_model(
         calibration_data = load_inputs(calibration_data, [int(d) for d in mod["main"].params[0].ty.shape.values])
     ops_total = count_ops(mod)
     stages.update()
-    parted = partition(mod)
+    parted = partition(mod, int8_only=int8_only)
     stages.update()
     calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress, **calibration_options)
     stages.update()
@@ -100,8 +108,9 @@ def compile_model(
         module=calibrated,
         ops_total=ops_total,
         ops_offloaded=offloaded_ops(calibrated),
-        host_ops=[asdict(h) for h in parted.host_ops],
+        host_ops=[asdict(h) | {"description": h.describe()} for h in parted.host_ops],
         regions=len(region_functions(calibrated)),
+        boundary_crossings=boundary_crossings(calibrated),
         compile_seconds=time.perf_counter() - start,
     )
 
@@ -132,7 +141,8 @@ def evaluate(
             f_out = float_model(torch.from_numpy(x))
         f_out = (f_out[0] if isinstance(f_out, (tuple, list)) else f_out).numpy()
         bit_exact &= bool(np.array_equal(c_out, ref_out))
-        max_lsb = max(max_lsb, float(np.abs(c_out.astype(np.float64) - ref_out).max() / scale))
+        # In units of the output's int8 step; in plain float units for a host op's output.
+        max_lsb = max(max_lsb, float(np.abs(c_out.astype(np.float64) - ref_out).max() / (scale or 1.0)))
         cosines.append(cosine(c_out, f_out))
         agree += int(c_out.argmax() == f_out.argmax())
         if labels is not None:
@@ -155,9 +165,10 @@ def evaluate(
         "ops_offloaded": compiled.ops_offloaded,
         "regions": compiled.regions,
         "host_ops": compiled.host_ops,
+        "boundary_crossings": compiled.boundary_crossings,
         "eval_inputs": len(inputs),
         "bit_exact": bit_exact,
-        "max_lsb_diff": round(max_lsb),
+        "max_lsb_diff": max_lsb,
         "cosine_vs_float": min(cosines),
         "cosine_vs_float_mean": float(np.mean(cosines)),
         "top1_agreement_vs_float": agree / len(inputs),

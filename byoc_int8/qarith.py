@@ -154,6 +154,14 @@ def add_rescale(scale1: float, scale2: float, scale_out: float) -> AddRescale:
     )
 
 
+def clamp_bounds(clip: tuple[float, float] | None, scale: float) -> tuple[int, int]:
+    """int8 bounds of a float clamp [lo, hi] at `scale` (relu: (0, inf); None: no clamp)."""
+    lo, hi = clip if clip is not None else (-math.inf, math.inf)
+    q_lo = INT8_MIN if lo == -math.inf else int(np.clip(round(lo / scale), INT8_MIN, INT8_MAX))
+    q_hi = INT8_MAX if hi == math.inf else int(np.clip(round(hi / scale), INT8_MIN, INT8_MAX))
+    return q_lo, q_hi
+
+
 def quantize_tensor(x: np.ndarray, scale: float) -> np.ndarray:
     """Float32 -> int8 at a region entry (bit-identical to b8_quantize_f32)."""
     inv = np.float32(1.0 / scale)

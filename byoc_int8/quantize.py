@@ -8,15 +8,16 @@ reference executes it and the C emitter prints it, so both see the same numbers.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import qarith
+from . import layout, qarith
 from .graph import Graph, Node, extract_graph
 
-# Ops whose output reuses the input's scale: they only move or select int8 values.
-SCALE_PRESERVING = {"max_pool2d", "reshape"}
+# Ops whose output reuses the input's scale: they only move, select or clamp int8 values.
+SCALE_PRESERVING = {"max_pool2d", "reshape", "transpose", "pad", "clip"}
 
 
 @dataclass
@@ -53,8 +54,9 @@ def activation_scales(graph: Graph, abs_max: dict[int, float]) -> dict[int, floa
     return scales
 
 
-def _act_range(node: Node) -> tuple[int, int]:
-    return (0 if node.attrs.get("relu") else qarith.INT8_MIN), qarith.INT8_MAX
+def _act_range(node: Node, scale: float) -> tuple[int, int]:
+    """The int8 clamp of a node's fused relu / clip (lo, hi) at its output scale."""
+    return qarith.clamp_bounds(node.attrs.get("clip"), scale)
 
 
 # Largest dot-product length: |int8 x int8| < 2^14, so 2^16 terms keep the int32 accumulator,
@@ -71,7 +73,7 @@ def _weighted(node: Node, s_in: float, s_out: float) -> dict:
     units = weight_q.shape[0]
     bias = node.consts.get("bias", np.zeros(units, np.float32))
     multiplier, shift = qarith.per_channel_multipliers(s_in * weight_scales / s_out)
-    act_min, act_max = _act_range(node)
+    act_min, act_max = _act_range(node, s_out)
     return {
         "weight": weight_q,
         "bias": qarith.quantize_bias(bias, s_in, weight_scales),
@@ -82,29 +84,74 @@ def _weighted(node: Node, s_in: float, s_out: float) -> dict:
     }
 
 
+def _plain_transpose(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple | None:
+    """(shape, perm) of an array transpose, or None when it leaves every byte in place."""
+    return None if layout.is_noop_permutation(shape, perm) else (tuple(shape), tuple(perm))
+
+
+def _transpose_params(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> dict:
+    """A logical transpose as a transpose of the stored array (None when the bytes stay put)."""
+    return {"transpose": _plain_transpose(layout.storage_shape(in_shape), layout.storage_transpose(in_shape, axes))}
+
+
 def quantize_node(node: Node, graph: Graph, scales: dict[int, float]) -> QNode:
     s_in = scales[node.inputs[0]]
     s_out = scales[node.output]
     in_shape = graph.shapes[node.inputs[0]]
+    out_shape = graph.shapes[node.output]
+    a = node.attrs
     if node.op == "conv2d":
         params = _weighted(node, s_in, s_out)
-        params["weight"] = np.ascontiguousarray(params["weight"].transpose(0, 2, 3, 1))  # OIHW->OHWI
+        weight = params["weight"]  # OIHW
+        # Depthwise: every group reads one input channel. Its kernel wants (1, KH, KW, O).
+        params["depthwise"] = a["groups"] > 1 and a["groups"] == in_shape[1] and weight.shape[1] == 1
+        params["weight"] = np.ascontiguousarray(weight.transpose((1, 2, 3, 0) if params["depthwise"] else (0, 2, 3, 1)))
         return QNode(node, params)
     if node.op == "dense":
         return QNode(node, _weighted(node, s_in, s_out))
     if node.op == "add":
-        act_min, act_max = _act_range(node)
+        act_min, act_max = _act_range(node, s_out)
         rescale = qarith.add_rescale(s_in, scales[node.inputs[1]], s_out)
         return QNode(node, {"rescale": rescale, "act_min": act_min, "act_max": act_max})
+    if node.op == "clip":
+        act_min, act_max = _act_range(node, s_out)
+        return QNode(node, {"act_min": act_min, "act_max": act_max})
     if node.op == "global_avg_pool2d":
         plane = in_shape[2] * in_shape[3]
         return QNode(node, {"requant": qarith.quantize_multiplier(s_in / (s_out * plane))})
+    if node.op == "avg_pool2d":
+        counts = np.arange(1, a["pool_size"][0] * a["pool_size"][1] + 1)
+        multiplier, shift = qarith.per_channel_multipliers(s_in / (s_out * counts))
+        # Index by divisor: entry 0 is never used.
+        return QNode(node, {"multiplier": np.concatenate([[0], multiplier]).astype(np.int32),
+                            "shift": np.concatenate([[0], shift]).astype(np.int32)})
     if node.op == "max_pool2d":
         return QNode(node)
+    if node.op == "concat":
+        factors = np.array([scales[v] / s_out for v in node.inputs])
+        multiplier, shift = qarith.per_channel_multipliers(factors)
+        axis = layout.storage_axis(a["axis"], len(out_shape))
+        stored = [layout.storage_shape(graph.shapes[v]) for v in node.inputs]
+        return QNode(node, {
+            "multiplier": multiplier,
+            "shift": shift,
+            "outer": math.prod(stored[0][:axis]),
+            "inner": [math.prod(shape[axis:]) for shape in stored],
+        })
+    if node.op == "transpose":
+        return QNode(node, _transpose_params(in_shape, tuple(a["axes"])))
+    if node.op == "pad":
+        value = qarith.clamp_bounds((a["value"], a["value"]), s_out)[0]
+        return QNode(node, {"pads": layout.storage_pads(a["pads"]), "value": value,
+                            "shape": layout.storage_shape(in_shape)})
     if node.op == "reshape":
-        # NHWC storage must become logical NCHW order, unless H x W is 1x1 (the same bytes).
-        to_nchw = len(in_shape) == 4 and in_shape[2] * in_shape[3] > 1
-        return QNode(node, {"to_nchw": to_nchw})
+        # Stored order -> logical order -> reshape (free) -> stored order of the new shape.
+        # Each step is a plain transpose (shape, perm) of an array, or None when it moves no byte.
+        to_logical = tuple(int(a) for a in np.argsort(layout.storage_perm(len(in_shape))))
+        return QNode(node, {
+            "to_logical": _plain_transpose(layout.storage_shape(in_shape), to_logical),
+            "to_stored": _plain_transpose(out_shape, layout.storage_perm(len(out_shape))),
+        })
     raise ValueError(f"no quantization rule for op {node.op}")
 
 

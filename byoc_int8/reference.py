@@ -18,7 +18,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import qarith
-from .quantize import QGraph, QNode
+from .host import HostOpRunner
+from .layout import storage_shape, to_logical, to_storage
+from .partition import region_functions, run_partitioned
+from .quantize import QGraph, QNode, quantized_region
 
 
 def _windows(x: np.ndarray, kernel: tuple[int, int], strides, dilation, out_hw) -> np.ndarray:
@@ -42,17 +45,32 @@ def _pad_nhwc(x: np.ndarray, padding, out_hw, kernel, strides, dilation, value: 
 
 
 def conv2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    """Grouped (or not) convolution; depthwise weights are (1, KH, KW, O), others OHWI."""
     p, a = q.params, q.node.attrs
-    weight = p["weight"]  # OHWI
+    weight = p["weight"]
     kernel = weight.shape[1:3]
     out_hw = out_shape[2:4]
+    out_c = out_shape[1]
     xp = _pad_nhwc(x, a["padding"], out_hw, kernel, a["strides"], a["dilation"], 0)
-    patches = _windows(xp, kernel, a["strides"], a["dilation"], out_hw)
-    cols = patches.reshape(-1, weight[0].size).astype(np.float64)
-    acc = (cols @ weight.reshape(weight.shape[0], -1).T.astype(np.float64)).astype(np.int64)
+    patches = _windows(xp, kernel, a["strides"], a["dilation"], out_hw)  # N, OH, OW, KH, KW, C
+    if p["depthwise"]:
+        multiplier = out_c // x.shape[3]
+        taps = np.repeat(patches, multiplier, axis=-1).astype(np.int64)  # channel o reads o // m
+        acc = (taps * weight[0].astype(np.int64)).sum(axis=(3, 4)).reshape(-1, out_c)
+    else:
+        groups = a["groups"]
+        group_in, group_out = x.shape[3] // groups, out_c // groups
+        acc = np.concatenate(
+            [
+                patches[..., g * group_in : (g + 1) * group_in].reshape(-1, weight[0].size).astype(np.float64)
+                @ weight[g * group_out : (g + 1) * group_out].reshape(group_out, -1).T.astype(np.float64)
+                for g in range(groups)
+            ],
+            axis=1,
+        ).astype(np.int64)
     acc = acc + p["bias"].astype(np.int64)
     y = qarith.requantize(acc, p["multiplier"], p["shift"])
-    return qarith.clamp_s8(y, p["act_min"], p["act_max"]).reshape(x.shape[0], *out_hw, weight.shape[0])
+    return qarith.clamp_s8(y, p["act_min"], p["act_max"]).reshape(x.shape[0], *out_hw, out_c)
 
 
 def max_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
@@ -84,10 +102,50 @@ def dense(x: np.ndarray, q: QNode) -> np.ndarray:
     return qarith.clamp_s8(y, p["act_min"], p["act_max"])
 
 
+def avg_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    """PyTorch's average pooling: window sums divided by the count of in-bounds positions, or
+    with count_include_pad by the positions inside the (symmetrically) padded input."""
+    p, a = q.params, q.node.attrs
+    (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
+    pad_h, pad_w = a["padding"][:2]
+    n, h, w, c = x.shape
+    out = np.empty((n, out_shape[2], out_shape[3], c), np.int8)
+    for oy in range(out_shape[2]):
+        y0 = oy * sh - pad_h
+        y1 = min(y0 + kh, h + pad_h)
+        for ox in range(out_shape[3]):
+            x0 = ox * sw - pad_w
+            x1 = min(x0 + kw, w + pad_w)
+            window = x[:, max(y0, 0) : min(y1, h), max(x0, 0) : min(x1, w)]
+            count = (y1 - y0) * (x1 - x0) if a["count_include_pad"] else window.shape[1] * window.shape[2]
+            total = window.astype(np.int64).sum(axis=(1, 2))
+            out[:, oy, ox] = qarith.clamp_s8(qarith.requantize(total, p["multiplier"][count], p["shift"][count]))
+    return out
+
+
+def clip(x: np.ndarray, q: QNode) -> np.ndarray:
+    return qarith.clamp_s8(x, q.params["act_min"], q.params["act_max"])
+
+
+# Layout ops are defined on the logical tensor; the C kernels work on the stored order.
 def reshape(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
-    if q.params["to_nchw"]:
-        x = x.transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(x).reshape(storage_shape(out_shape))
+    return to_storage(to_logical(x).reshape(out_shape))
+
+
+def transpose(x: np.ndarray, q: QNode) -> np.ndarray:
+    return to_storage(to_logical(x).transpose(q.node.attrs["axes"]))
+
+
+def pad(x: np.ndarray, q: QNode) -> np.ndarray:
+    return to_storage(np.pad(to_logical(x), q.node.attrs["pads"], constant_values=q.params["value"]))
+
+
+def concat(xs: list[np.ndarray], q: QNode) -> np.ndarray:
+    p = q.params
+    parts = [
+        qarith.clamp_s8(qarith.requantize(to_logical(x), m, s)) for x, m, s in zip(xs, p["multiplier"], p["shift"])
+    ]
+    return to_storage(np.concatenate(parts, axis=q.node.attrs["axis"]))
 
 
 def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
@@ -103,20 +161,17 @@ def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
         return dense(args[0], q)
     if q.op == "reshape":
         return reshape(args[0], q, out_shape)
+    if q.op == "avg_pool2d":
+        return avg_pool2d(args[0], q, out_shape)
+    if q.op == "clip":
+        return clip(args[0], q)
+    if q.op == "transpose":
+        return transpose(args[0], q)
+    if q.op == "pad":
+        return pad(args[0], q)
+    if q.op == "concat":
+        return concat(args, q)
     raise ValueError(f"no reference kernel for {q.op}")
-
-
-def storage_shape(logical: tuple[int, ...]) -> tuple[int, ...]:
-    return (logical[0], logical[2], logical[3], logical[1]) if len(logical) == 4 else tuple(logical)
-
-
-def to_storage(x: np.ndarray) -> np.ndarray:
-    """Logical (NCHW) -> storage (NHWC) order for 4-D tensors."""
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 else x
-
-
-def to_logical(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if x.ndim == 4 else x
 
 
 def run_quantized_values(qgraph: QGraph, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
@@ -145,18 +200,21 @@ def run_region_float(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarra
     ]
 
 
-def run_module(mod, inputs: list[np.ndarray]) -> list[tuple[np.ndarray, float]]:
-    """Every output of a calibrated, partitioned module as the accelerator computes it:
-    (float output, the int8 scale it was dequantized from)."""
-    from .partition import region_functions, run_partitioned
-    from .quantize import quantized_region
+def run_module(mod, inputs: list[np.ndarray], host: HostOpRunner | None = None) -> list[np.ndarray]:
+    """Every output of a calibrated, partitioned module as the accelerator (regions) and the
+    host (everything else, through TVM) compute it."""
+    qgraphs = {name: quantized_region(name, f) for name, f in region_functions(mod).items()}
+    host = host or HostOpRunner()
+    return run_partitioned(mod, lambda name, args: run_region_float(qgraphs[name], args), inputs, host.run)
 
+
+def output_scales(mod) -> list[float | None]:
+    """For each output of main: the int8 scale it was dequantized from, when a region produces
+    it directly; None when a host op does."""
     qgraphs = {name: quantized_region(name, f) for name, f in region_functions(mod).items()}
 
-    def run_region(name: str, args: list[np.ndarray]) -> list[tuple[np.ndarray, float]]:
+    def region_scales(name: str, args: list) -> list[float]:
         q = qgraphs[name]
-        floats = [a[0] if isinstance(a, tuple) else a for a in args]
-        outs = run_region_float(q, floats)
-        return list(zip(outs, [q.scales[v] for v in q.graph.outputs]))
+        return [q.scales[v] for v in q.graph.outputs]
 
-    return run_partitioned(mod, run_region, inputs)
+    return run_partitioned(mod, region_scales, [None] * len(mod["main"].params), lambda call, args: None)

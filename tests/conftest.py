@@ -22,7 +22,9 @@ class RequantParams(ctypes.Structure):
 
 
 class ConvParams(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int32) for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w")]
+    _fields_ = [
+        (n, ctypes.c_int32) for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w", "groups")
+    ]
 
 
 class PoolParams(ctypes.Structure):

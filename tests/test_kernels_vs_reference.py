@@ -5,7 +5,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from byoc_int8 import qarith, reference
+from byoc_int8 import layout, qarith, reference
 from byoc_int8.graph import Node
 from byoc_int8.quantize import QNode
 from conftest import AddParams, ConvParams, Dims, PoolParams, RequantParams, ptr
@@ -37,11 +37,8 @@ def out_size(size, pad_before, pad_after, kernel, stride, dilation):
     return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_conv2d(kernels, seed):
-    rng = np.random.default_rng(seed)
+def random_conv_geometry(rng):
     n, h, w = rng.integers(1, 3), rng.integers(1, 10), rng.integers(1, 10)
-    cin, cout = rng.integers(1, 8), rng.integers(1, 10)
     kh, kw = rng.integers(1, 4), rng.integers(1, 4)
     sh, sw = rng.integers(1, 4), rng.integers(1, 4)
     dh, dw = rng.integers(1, 3), rng.integers(1, 3)
@@ -53,30 +50,47 @@ def test_conv2d(kernels, seed):
         pad[3] += dw * kw
         oh = out_size(h, pad[0], pad[2], kh, sh, dh)
         ow = out_size(w, pad[1], pad[3], kw, sw, dw)
+    return n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", ["dense", "grouped", "depthwise"])
+def test_conv2d(kernels, seed, kind):
+    """Plain, grouped and depthwise (with channel multiplier) convolutions."""
+    rng = np.random.default_rng(seed)
+    n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow = random_conv_geometry(rng)
+    groups = 1 if kind == "dense" else int(rng.integers(2, 5))
+    group_in = 1 if kind == "depthwise" else int(rng.integers(1, 5))
+    group_out = int(rng.integers(1, 4))
+    cin, cout = groups * group_in, groups * group_out
     x = rng.integers(-128, 128, (n, h, w, cin), dtype=np.int8)
-    weight = rng.integers(-127, 128, (cout, kh, kw, cin), dtype=np.int8)
+    weight = rng.integers(-127, 128, (cout, kh, kw, group_in), dtype=np.int8)  # OHWI
+    if kind == "depthwise":
+        weight = np.ascontiguousarray(weight.transpose(3, 1, 2, 0))  # (1, KH, KW, O)
     bias = rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32)
-    multiplier, shift = random_requant(rng, cout, kh * kw * cin)
+    multiplier, shift = random_requant(rng, cout, kh * kw * group_in)
     act = random_act(rng)
 
-    node = Node("conv2d", [0], 1, {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "relu": act[0] == 0})
-    q = QNode(node, {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift, "act_min": act[0], "act_max": act[1]})
-    expected = reference.conv2d(x, q, (n, cout, oh, ow))
+    attrs = {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "groups": groups}
+    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
+              "act_min": act[0], "act_max": act[1], "depthwise": kind == "depthwise"}
+    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params), (n, cout, oh, ow))
 
     out = np.zeros((n, oh, ow, cout), np.int8)
-    filter_dims = Dims(cout, kh, kw, cin)
-    scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(ctypes.byref(filter_dims)), np.int8)
-    status = kernels.b8_conv2d_s8(
-        ctypes.byref(ConvParams(sh, sw, pad[0], pad[1], dh, dw)),
-        ctypes.byref(requant_params(multiplier, shift, act)),
-        ctypes.byref(Dims(n, h, w, cin)), ptr(x, i8),
-        ctypes.byref(filter_dims), ptr(weight, i8), ptr(bias, i32),
-        ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8), ptr(scratch, i8),
-    )
+    conv = ConvParams(sh, sw, pad[0], pad[1], dh, dw, groups)
+    args = (ctypes.byref(conv), ctypes.byref(requant_params(multiplier, shift, act)), ctypes.byref(Dims(n, h, w, cin)),
+            ptr(x, i8))
+    filter_dims = Dims(*weight.shape)
+    tail = (ptr(weight, i8), ptr(bias, i32), ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8))
+    if kind == "depthwise":
+        status = kernels.b8_depthwise_conv2d_s8(*args, ctypes.byref(filter_dims), *tail)
+    else:
+        scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(ctypes.byref(filter_dims)), np.int8)
+        status = kernels.b8_conv2d_s8(*args, ctypes.byref(filter_dims), *tail, ptr(scratch, i8))
     assert status == 0
     np.testing.assert_array_equal(out, expected)
     # Outputs must not be all saturated: the case has to exercise the arithmetic.
-    assert expected.size < 16 or len(np.unique(expected)) > 3
+    assert expected.size < 64 or len(np.unique(expected)) > 3
 
 
 def test_conv2d_cases_reach_the_int8_limits():
@@ -216,13 +230,13 @@ def test_boundary_conversions(kernels, seed):
     n, c, h, w = rng.integers(1, 3), rng.integers(1, 5), rng.integers(1, 6), rng.integers(1, 6)
     scale = float(2.0 ** rng.integers(-6, 2))
     x = (rng.integers(-300, 300, (n, c, h, w)) / 2 * scale).astype(np.float32)  # many exact ties
-    expected = reference.to_storage(qarith.quantize_tensor(x, scale))
+    expected = layout.to_storage(qarith.quantize_tensor(x, scale))
     out = np.zeros((n, h, w, c), np.int8)
     dims = Dims(n, h, w, c)
     assert kernels.b8_quantize_f32(ctypes.c_float(np.float32(1 / scale)), ctypes.byref(dims), x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 0
     np.testing.assert_array_equal(out, expected)
     back = np.zeros((n, c, h, w), np.float32)
     assert kernels.b8_dequantize_f32(ctypes.c_float(scale), ctypes.byref(dims), x.size, ptr(out, i8), ptr(back, ctypes.c_float)) == 0
-    np.testing.assert_array_equal(back, qarith.dequantize_tensor(reference.to_logical(out), scale))
+    np.testing.assert_array_equal(back, qarith.dequantize_tensor(layout.to_logical(out), scale))
     x.ravel()[rng.integers(0, x.size)] = np.nan
     assert kernels.b8_quantize_f32(ctypes.c_float(1.0), None, x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 1

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from ..quantize import QGraph, QNode
-from ..reference import storage_shape
+from ..layout import storage_shape
 
 RUNTIME_C = Path(__file__).resolve().parents[2] / "runtime_c"
-KERNEL_FILES = ["conv2d_s8.c", "pool_s8.c", "add_s8.c", "dense_s8.c", "layout_s8.c"]
+KERNEL_FILES = ["conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
 ALIGN = 64
 
 
@@ -139,6 +139,24 @@ def _dims(shape) -> str:
     return "{%d, %d, %d, %d}" % tuple(shape)
 
 
+def moves_no_bytes(q: QNode) -> bool:
+    if q.op == "reshape":
+        return q.params["to_logical"] is None and q.params["to_stored"] is None
+    return q.op == "transpose" and q.params["transpose"] is None
+
+
+def scratch_bytes(qgraph: QGraph) -> int:
+    """Scratch shared by all kernel calls: a conv's gathered patch, or the intermediate of a
+    reshape that transposes both before and after."""
+    sizes = [0]
+    for q in qgraph.nodes:
+        if q.op == "conv2d" and not q.params["depthwise"]:
+            sizes.append(int(np.prod(q.params["weight"].shape[1:])))
+        elif q.op == "reshape" and q.params["to_logical"] and q.params["to_stored"]:
+            sizes.append(math.prod(q.params["to_logical"][0]))
+    return max(sizes)
+
+
 @dataclass
 class MemoryPlan:
     offsets: dict[int, int]  # value id -> byte offset in the arena
@@ -149,10 +167,10 @@ class MemoryPlan:
 def plan_memory(qgraph: QGraph, scratch_bytes: int) -> MemoryPlan:
     """First-fit placement of every int8 value in one arena, reusing space after a value's last use.
 
-    A reshape that keeps the bytes in place aliases its input. Graph outputs live to the end.
+    A reshape or transpose that keeps the bytes in place aliases its input. Graph outputs live to the end.
     """
     g = qgraph.graph
-    alias = {q.node.output: q.node.inputs[0] for q in qgraph.nodes if q.op == "reshape" and not q.params["to_nchw"]}
+    alias = {q.node.output: q.node.inputs[0] for q in qgraph.nodes if moves_no_bytes(q)}
 
     def root(v: int) -> int:
         while v in alias:
@@ -249,20 +267,21 @@ class RegionEmitter:
                 sh, sw = a["strides"]
                 dh, dw = a["dilation"]
                 self.body += [
-                    f"    static const b8_conv_params cp = {{{sh}, {sw}, {top}, {left}, {dh}, {dw}}};",
+                    f"    static const b8_conv_params cp = {{{sh}, {sw}, {top}, {left}, {dh}, {dw}, {a['groups']}}};",
                     f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
                     f"    static const b8_dims filter_dims = {_dims(p['weight'].shape)};",
                 ]
-                self._call(
-                    label,
-                    f"b8_conv2d_s8(&cp, &rq, &in_dims, {src}, &filter_dims, {w}, {b}, &out_dims, {dst}, "
-                    f"arena + {plan.scratch_offset})",
-                )
+                if p["depthwise"]:
+                    call = f"b8_depthwise_conv2d_s8(&cp, &rq, &in_dims, {src}, &filter_dims, {w}, {b}, &out_dims, {dst})"
+                else:
+                    call = (f"b8_conv2d_s8(&cp, &rq, &in_dims, {src}, &filter_dims, {w}, {b}, &out_dims, {dst}, "
+                            f"arena + {plan.scratch_offset})")
+                self._call(label, call)
             else:
                 units, depth = p["weight"].shape
                 batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
                 self._call(label, f"b8_dense_s8(&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
-        elif qn.op == "max_pool2d":
+        elif qn.op in ("max_pool2d", "avg_pool2d"):
             kh, kw = a["pool_size"]
             sh, sw = a["strides"]
             dh, dw = a["dilation"]
@@ -271,7 +290,13 @@ class RegionEmitter:
                 f"    static const b8_pool_params pp = {{{kh}, {kw}, {sh}, {sw}, {top}, {left}, {dh}, {dw}}};",
                 f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
             ]
-            self._call(label, f"b8_max_pool2d_s8(&pp, &in_dims, {src}, &out_dims, {dst})")
+            if qn.op == "max_pool2d":
+                self._call(label, f"b8_max_pool2d_s8(&pp, &in_dims, {src}, &out_dims, {dst})")
+            else:
+                m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
+                s = self._const(f"{tag}_shift", "int32_t", p["shift"])
+                self._call(label, f"b8_avg_pool2d_s8(&pp, {int(a['count_include_pad'])}, {m}, {s}, &in_dims, "
+                                  f"{src}, &out_dims, {dst})")
         elif qn.op == "global_avg_pool2d":
             r = p["requant"]
             self.body.append(f"    static const b8_dims in_dims = {_dims(in_dims)};")
@@ -286,12 +311,39 @@ class RegionEmitter:
             size = math.prod(self.g.shapes[n.output])
             src2 = self._buffer(n.inputs[1], plan)
             self._call(label, f"b8_add_s8(&ap, {size}, {src}, {src2}, {dst})")
-        elif qn.op == "reshape":
-            if p["to_nchw"]:
-                self.body.append(f"    static const b8_dims in_dims = {_dims(in_dims)};")
-                self._call(label, f"b8_nhwc_to_nchw_s8(&in_dims, {src}, {dst})")
-            else:
+        elif qn.op == "clip":
+            size = math.prod(self.g.shapes[n.output])
+            self._call(label, f"b8_clip_s8({size}, {p['act_min']}, {p['act_max']}, {src}, {dst})")
+        elif qn.op == "concat":
+            k = len(n.inputs)
+            self.body += [
+                f"    const int8_t* const parts[{k}] = {{{', '.join(self._buffer(v, plan) for v in n.inputs)}}};",
+                f"    static const int32_t inner[{k}] = {{{_c_ints(p['inner'])}}};",
+                f"    static const int32_t mult[{k}] = {{{_c_ints(p['multiplier'])}}};",
+                f"    static const int32_t shift[{k}] = {{{_c_ints(p['shift'])}}};",
+            ]
+            self._call(label, f"b8_concat_s8({k}, parts, inner, mult, shift, {p['outer']}, {dst})")
+        elif qn.op == "pad":
+            rank = len(p["shape"])
+            self.body += [
+                f"    static const int32_t shape[{rank}] = {{{_c_ints(p['shape'])}}};",
+                f"    static const int32_t pads[{2 * rank}] = {{{_c_ints(p['pads'])}}};",
+            ]
+            self._call(label, f"b8_pad_s8({rank}, shape, pads, {p['value']}, {src}, {dst})")
+        elif qn.op in ("transpose", "reshape"):
+            steps = [p["transpose"]] if qn.op == "transpose" else [p["to_logical"], p["to_stored"]]
+            steps = [step for step in steps if step is not None]
+            if not steps:
                 self.body.append("    // same bytes, aliased by the memory plan")
+            # Two steps go through the scratch area.
+            buffers = [src] + [f"(arena + {plan.scratch_offset})"] * (len(steps) - 1) + [dst]
+            for i, (shape, perm) in enumerate(steps):
+                rank = len(shape)
+                self.body += [
+                    f"    static const int32_t shape{i}[{rank}] = {{{_c_ints(shape)}}};",
+                    f"    static const int32_t perm{i}[{rank}] = {{{_c_ints(perm)}}};",
+                ]
+                self._call(label, f"b8_transpose_s8({rank}, shape{i}, perm{i}, {buffers[i]}, {buffers[i + 1]})")
         else:
             raise ValueError(f"no C emitter for op {qn.op}")
         self.body.append("  }")
@@ -304,10 +356,7 @@ class RegionEmitter:
         return f"&{name}"
 
     def emit(self) -> str:
-        scratch = max(
-            [int(np.prod(q.params["weight"].shape[1:])) for q in self.q.nodes if q.op == "conv2d"] or [0]
-        )
-        plan = plan_memory(self.q, scratch)
+        plan = plan_memory(self.q, scratch_bytes(self.q))
         n_in, n_out = len(self.g.inputs), len(self.g.outputs)
         self.body.append(f"static int {self.symbol}_run(float* const* inputs, float* const* outputs, int8_t* arena) {{")
         for i, v in enumerate(self.g.inputs):

@@ -53,6 +53,7 @@ typedef struct {
   int32_t stride_h, stride_w;
   int32_t pad_top, pad_left; /* bottom / right padding follow from the output shape */
   int32_t dilation_h, dilation_w;
+  int32_t groups; /* input and output channels split into this many independent groups */
 } b8_conv_params;
 
 typedef struct {
@@ -85,7 +86,8 @@ static inline int8_t b8_clamp_s8(int64_t value, int32_t lo, int32_t hi) {
   return (int8_t)(value < lo ? lo : (value > hi ? hi : value));
 }
 
-/* 2-D convolution, groups = 1, fused bias + requantization + activation clamp.
+/* 2-D convolution (grouped or not), fused bias + requantization + activation clamp.
+ * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups).
  * `scratch` is caller-owned, at least b8_conv2d_s8_scratch_size(filter_dims) bytes. */
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims);
 B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
@@ -94,10 +96,28 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const int32_t* bias, const b8_dims* output_dims, int8_t* output,
                               int8_t* scratch);
 
+/* Depthwise convolution: output channel o reads input channel o / multiplier only, with
+ * multiplier = output_dims->c / input_dims->c. Filter layout (kernel_h, kernel_w, out_channels)
+ * (filter_dims n = 1, c = out_channels), so that the inner loop runs over contiguous channels. */
+B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
+                                        const b8_dims* input_dims, const int8_t* input,
+                                        const b8_dims* filter_dims, const int8_t* filter,
+                                        const int32_t* bias, const b8_dims* output_dims,
+                                        int8_t* output);
+
 /* Max pooling; padded positions never win. The output keeps the input's scale. */
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
                                   const int8_t* input, const b8_dims* output_dims,
                                   int8_t* output);
+
+/* Average pooling: the int32 sum of each window is requantized with the (multiplier, shift) pair
+ * for the window's divisor (index 1 .. kernel_h * kernel_w; the factors fold in 1 / divisor and
+ * the rescale). The divisor counts the in-bounds positions, or with count_include_pad the
+ * positions inside the padded input (PyTorch's rule). */
+B8_API b8_status b8_avg_pool2d_s8(const b8_pool_params* pool, int32_t count_include_pad,
+                                  const int32_t* multiplier_by_count, const int32_t* shift_by_count,
+                                  const b8_dims* input_dims, const int8_t* input,
+                                  const b8_dims* output_dims, int8_t* output);
 
 /* Mean over H and W: int32 sum, then one requantization (multiplier folds in 1 / (H * W)). */
 B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift,
@@ -113,8 +133,25 @@ B8_API b8_status b8_dense_s8(const b8_requant_params* quant, int32_t batches, in
                              int32_t units, const int8_t* input, const int8_t* weights,
                              const int32_t* bias, int8_t* output);
 
-/* Layout change for flatten / reshape: (n, h, w, c) -> (n, c, h, w). */
-B8_API b8_status b8_nhwc_to_nchw_s8(const b8_dims* dims, const int8_t* input, int8_t* output);
+/* Clamp to [act_min, act_max] (a relu or clip on its own); the scale is unchanged. */
+B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, const int8_t* input,
+                            int8_t* output);
+
+/* Concatenation along one axis: the tensors are viewed as (outer, inner_i) and output row r is
+ * the rows r of every input side by side, each requantized to the output scale. */
+B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
+                              const int32_t* multiplier, const int32_t* shift, int32_t outer,
+                              int8_t* output);
+
+/* Transpose of a tensor of rank <= 6: output axis i is input axis perm[i]. */
+#define B8_MAX_RANK 6
+B8_API b8_status b8_transpose_s8(int32_t rank, const int32_t* input_shape, const int32_t* perm,
+                                 const int8_t* input, int8_t* output);
+
+/* Constant padding of a tensor of rank <= 6: pads[2 i], pads[2 i + 1] values before / after
+ * along axis i, filled with `value` (already quantized). */
+B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32_t* pads,
+                           int8_t value, const int8_t* input, int8_t* output);
 
 /* Region boundary conversions (the host side of the accelerator's DMA).
  * Quantize: q = clamp(round_half_even(x * inv_scale), -128, 127). With `dims` (the tensor's

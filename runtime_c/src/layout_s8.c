@@ -3,14 +3,71 @@
 
 #include "byoc_int8.h"
 
-B8_API b8_status b8_nhwc_to_nchw_s8(const b8_dims* dims, const int8_t* input, int8_t* output) {
-  const int32_t h = dims->h, w = dims->w, c = dims->c;
-  for (int32_t n = 0; n < dims->n; ++n)
-    for (int32_t y = 0; y < h; ++y)
-      for (int32_t x = 0; x < w; ++x)
-        for (int32_t ch = 0; ch < c; ++ch)
-          output[(((int64_t)n * c + ch) * h + y) * w + x] =
-              input[(((int64_t)n * h + y) * w + x) * c + ch];
+B8_API b8_status b8_transpose_s8(int32_t rank, const int32_t* input_shape, const int32_t* perm,
+                                 const int8_t* input, int8_t* output) {
+  if (rank < 1 || rank > B8_MAX_RANK) return B8_ERROR_ARGUMENT;
+  int64_t in_stride[B8_MAX_RANK], stride[B8_MAX_RANK], shape[B8_MAX_RANK], index[B8_MAX_RANK];
+  int64_t size = 1;
+  for (int32_t i = rank - 1; i >= 0; --i) {
+    in_stride[i] = size;
+    size *= input_shape[i];
+  }
+  for (int32_t i = 0; i < rank; ++i) {
+    if (perm[i] < 0 || perm[i] >= rank) return B8_ERROR_ARGUMENT;
+    shape[i] = input_shape[perm[i]]; /* output shape */
+    stride[i] = in_stride[perm[i]];  /* input stride along output axis i */
+    index[i] = 0;
+  }
+  int64_t offset = 0;
+  for (int64_t o = 0; o < size; ++o) {
+    output[o] = input[offset];
+    /* Advance the output index like an odometer, keeping the input offset in step. */
+    for (int32_t i = rank - 1; i >= 0; --i) {
+      offset += stride[i];
+      if (++index[i] < shape[i]) break;
+      offset -= stride[i] * shape[i];
+      index[i] = 0;
+    }
+  }
+  return B8_OK;
+}
+
+B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32_t* pads,
+                           int8_t value, const int8_t* input, int8_t* output) {
+  if (rank < 1 || rank > B8_MAX_RANK) return B8_ERROR_ARGUMENT;
+  int64_t out_shape[B8_MAX_RANK], out_stride[B8_MAX_RANK], index[B8_MAX_RANK], size = 1, in_size = 1;
+  for (int32_t i = rank - 1; i >= 0; --i) {
+    if (pads[2 * i] < 0 || pads[2 * i + 1] < 0) return B8_ERROR_ARGUMENT;
+    out_shape[i] = input_shape[i] + pads[2 * i] + pads[2 * i + 1];
+    out_stride[i] = size;
+    size *= out_shape[i];
+    in_size *= input_shape[i];
+  }
+  for (int64_t o = 0; o < size; ++o) output[o] = value;
+  for (int32_t i = 0; i < rank; ++i) index[i] = 0;
+  /* Walk the input in order; each value lands at its shifted position. */
+  for (int64_t in = 0; in < in_size; ++in) {
+    int64_t offset = 0;
+    for (int32_t i = 0; i < rank; ++i) offset += (index[i] + pads[2 * i]) * out_stride[i];
+    output[offset] = input[in];
+    for (int32_t i = rank - 1; i >= 0; --i) {
+      if (++index[i] < input_shape[i]) break;
+      index[i] = 0;
+    }
+  }
+  return B8_OK;
+}
+
+B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
+                              const int32_t* multiplier, const int32_t* shift, int32_t outer,
+                              int8_t* output) {
+  for (int32_t r = 0; r < outer; ++r) {
+    for (int32_t k = 0; k < num_inputs; ++k) {
+      const int8_t* row = inputs[k] + (int64_t)r * inner[k];
+      for (int32_t i = 0; i < inner[k]; ++i)
+        *output++ = b8_clamp_s8(b8_requantize(row[i], multiplier[k], shift[k]), -128, 127);
+    }
+  }
   return B8_OK;
 }
 

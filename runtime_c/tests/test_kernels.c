@@ -37,7 +37,7 @@ static void test_conv2d_padding_and_stride(void) {
   const int8_t input[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   const int8_t filter[4] = {1, 1, 1, 1};
   const int32_t bias[1] = {10}, multiplier[1] = {1 << 30}, shift[1] = {1};
-  const b8_conv_params conv = {2, 2, 1, 1, 1, 1};
+  const b8_conv_params conv = {2, 2, 1, 1, 1, 1, 1};
   const b8_requant_params quant = {multiplier, shift, -128, 127};
   const b8_dims in_dims = {1, 3, 3, 1}, filter_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
   int8_t output[4], scratch[4];
@@ -98,11 +98,41 @@ static void test_dense_and_layout(void) {
   EXPECT_EQ(out[1], 4);
 
   const int8_t nhwc[6] = {1, 2, 3, 4, 5, 6}; /* h=1, w=3, c=2 */
-  const b8_dims dims = {1, 1, 3, 2};
+  const int32_t shape[4] = {1, 1, 3, 2}, to_nchw[4] = {0, 3, 1, 2};
   int8_t nchw[6];
-  EXPECT_EQ(b8_nhwc_to_nchw_s8(&dims, nhwc, nchw), B8_OK);
+  EXPECT_EQ(b8_transpose_s8(4, shape, to_nchw, nhwc, nchw), B8_OK);
   const int8_t expected[6] = {1, 3, 5, 2, 4, 6};
   EXPECT_EQ(memcmp(nchw, expected, 6), 0);
+
+  /* Pad a 2x2 by one row above and one column after, with 9. */
+  const int8_t square[4] = {1, 2, 3, 4};
+  const int32_t square_shape[2] = {2, 2}, pads[4] = {1, 0, 0, 1};
+  int8_t padded[9];
+  EXPECT_EQ(b8_pad_s8(2, square_shape, pads, 9, square, padded), B8_OK);
+  const int8_t expected_pad[9] = {9, 9, 9, 1, 2, 9, 3, 4, 9};
+  EXPECT_EQ(memcmp(padded, expected_pad, 9), 0);
+
+  int8_t clipped[4];
+  EXPECT_EQ(b8_clip_s8(4, 2, 3, square, clipped), B8_OK);
+  EXPECT_EQ(clipped[0], 2);
+  EXPECT_EQ(clipped[3], 3);
+}
+
+/* Depthwise 1x1 with channel multiplier 2: output channels 0, 1 read input 0; 2, 3 read input 1. */
+static void test_depthwise_multiplier(void) {
+  const int8_t input[2] = {10, -20};
+  const int8_t filter[4] = {1, 2, 3, -1}; /* (1, 1, 4) */
+  const int32_t multiplier[4] = {1 << 30, 1 << 30, 1 << 30, 1 << 30}, shift[4] = {1, 1, 1, 1};
+  const b8_conv_params conv = {1, 1, 0, 0, 1, 1, 2};
+  const b8_requant_params quant = {multiplier, shift, -128, 127};
+  const b8_dims in_dims = {1, 1, 1, 2}, filter_dims = {1, 1, 1, 4}, out_dims = {1, 1, 1, 4};
+  int8_t out[4];
+  EXPECT_EQ(b8_depthwise_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, NULL,
+                                   &out_dims, out), B8_OK);
+  EXPECT_EQ(out[0], 10);
+  EXPECT_EQ(out[1], 20);
+  EXPECT_EQ(out[2], -60);
+  EXPECT_EQ(out[3], 20);
 }
 
 static void test_boundary_conversions(void) {
@@ -127,6 +157,7 @@ int main(void) {
   test_add_saturates();
   test_global_avg_pool();
   test_dense_and_layout();
+  test_depthwise_multiplier();
   test_boundary_conversions();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);

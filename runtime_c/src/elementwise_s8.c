@@ -1,4 +1,4 @@
-/* Elementwise add with rescaling of both inputs. */
+/* Elementwise kernels: add with rescaling of both inputs, clip. */
 #include "byoc_int8.h"
 
 B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
@@ -14,5 +14,12 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
     output[i] = b8_clamp_s8(b8_requantize(a + b, params->output_multiplier, params->output_shift),
                             params->act_min, params->act_max);
   }
+  return B8_OK;
+}
+
+B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, const int8_t* input,
+                            int8_t* output) {
+  if (act_min > act_max) return B8_ERROR_ARGUMENT;
+  for (int32_t i = 0; i < size; ++i) output[i] = b8_clamp_s8(input[i], act_min, act_max);
   return B8_OK;
 }
