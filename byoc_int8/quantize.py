@@ -36,9 +36,19 @@ class QGraph:
     scales: dict[int, float]  # value id -> activation scale
     nodes: list[QNode]
 
-    def is_image(self, value: int) -> bool:
-        """4-D values are stored NHWC; everything else in logical row-major order."""
-        return len(self.graph.shapes[value]) == 4
+    def nonnegative(self) -> dict[int, bool]:
+        """Values that can never hold a negative int8 (behind a relu or made only of such
+        values); kernels may exploit it (the AVX2 convolution skips its sign handling)."""
+        known = {v: False for v in self.graph.inputs}
+        for q in self.nodes:
+            inputs = [known[v] for v in q.node.inputs]
+            if "act_min" in q.params:  # conv2d, dense, add, clip
+                known[q.node.output] = q.params["act_min"] >= 0
+            elif q.op == "pad":
+                known[q.node.output] = inputs[0] and q.params["value"] >= 0
+            else:  # pooling, concat and layout ops keep or average their inputs' values
+                known[q.node.output] = all(inputs)
+        return known
 
 
 def activation_scales(graph: Graph, abs_max: dict[int, float]) -> dict[int, float]:

@@ -56,10 +56,20 @@ def ptr(array: np.ndarray, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
 
 
+class Rows(ctypes.Structure):
+    _fields_ = [("begin", ctypes.c_int32), ("end", ctypes.c_int32)]
+
+
 @pytest.fixture(scope="session")
-def kernels() -> ctypes.CDLL:
-    """The C kernel library built by CMake (the same build the test command runs first)."""
+def kernel_build() -> Path:
+    """The C kernel libraries built by CMake (the same build the test command runs first)."""
     build = ROOT / "build"
     subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build)], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "--target", "byoc_int8_kernels"], check=True, capture_output=True)
-    return ctypes.CDLL(str(build / "libbyoc_int8_kernels.so"))
+    subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True, capture_output=True)
+    return build
+
+
+@pytest.fixture(scope="session", params=["portable", "avx2"])
+def kernels(request, kernel_build) -> ctypes.CDLL:
+    """Each implementation of the kernels in turn: every kernel test runs against both."""
+    return ctypes.CDLL(str(kernel_build / f"libbyoc_int8_kernels_{request.param}.so"))

@@ -8,7 +8,7 @@ import pytest
 from byoc_int8 import layout, qarith, reference
 from byoc_int8.graph import Node
 from byoc_int8.quantize import QNode
-from conftest import AddParams, ConvParams, Dims, PoolParams, RequantParams, ptr
+from conftest import AddParams, ConvParams, Dims, PoolParams, RequantParams, Rows, ptr
 
 i8, i32 = ctypes.c_int8, ctypes.c_int32
 SEEDS = range(40)
@@ -63,7 +63,8 @@ def test_conv2d(kernels, seed, kind):
     group_in = 1 if kind == "depthwise" else int(rng.integers(1, 5))
     group_out = int(rng.integers(1, 4))
     cin, cout = groups * group_in, groups * group_out
-    x = rng.integers(-128, 128, (n, h, w, cin), dtype=np.int8)
+    nonnegative = bool(rng.integers(0, 2))  # as after a relu: the AVX2 path skips its sign trick
+    x = rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8)
     weight = rng.integers(-127, 128, (cout, kh, kw, group_in), dtype=np.int8)  # OHWI
     if kind == "depthwise":
         weight = np.ascontiguousarray(weight.transpose(3, 1, 2, 0))  # (1, KH, KW, O)
@@ -78,16 +79,22 @@ def test_conv2d(kernels, seed, kind):
 
     out = np.zeros((n, oh, ow, cout), np.int8)
     conv = ConvParams(sh, sw, pad[0], pad[1], dh, dw, groups)
-    args = (ctypes.byref(conv), ctypes.byref(requant_params(multiplier, shift, act)), ctypes.byref(Dims(n, h, w, cin)),
+    head = (ctypes.byref(conv), ctypes.byref(requant_params(multiplier, shift, act)), ctypes.byref(Dims(n, h, w, cin)),
             ptr(x, i8))
-    filter_dims = Dims(*weight.shape)
-    tail = (ptr(weight, i8), ptr(bias, i32), ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8))
-    if kind == "depthwise":
-        status = kernels.b8_depthwise_conv2d_s8(*args, ctypes.byref(filter_dims), *tail)
-    else:
-        scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(ctypes.byref(filter_dims)), np.int8)
-        status = kernels.b8_conv2d_s8(*args, ctypes.byref(filter_dims), *tail, ptr(scratch, i8))
-    assert status == 0
+    filter_dims = ctypes.byref(Dims(*weight.shape))
+    tail = (ptr(bias, i32), ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8))
+    # Work split in two row ranges, as two threads would run it.
+    split = int(rng.integers(0, n * oh + 1))
+    for rows in (Rows(0, split), Rows(split, n * oh)):
+        if kind == "depthwise":
+            status = kernels.b8_depthwise_conv2d_s8(*head, filter_dims, ptr(weight, i8), *tail, ctypes.byref(rows))
+        else:
+            packed = np.zeros(kernels.b8_conv2d_s8_packed_size(filter_dims, groups), np.int8)
+            kernels.b8_conv2d_s8_pack_filter(filter_dims, groups, ptr(weight, i8), ptr(packed, i8))
+            scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
+            status = kernels.b8_conv2d_s8(*head, int(nonnegative), filter_dims, ptr(packed, i8), *tail,
+                                          ctypes.byref(rows), ptr(scratch, i8))
+        assert status == 0
     np.testing.assert_array_equal(out, expected)
     # Outputs must not be all saturated: the case has to exercise the arithmetic.
     assert expected.size < 64 or len(np.unique(expected)) > 3
@@ -240,3 +247,40 @@ def test_boundary_conversions(kernels, seed):
     np.testing.assert_array_equal(back, qarith.dequantize_tensor(layout.to_logical(out), scale))
     x.ravel()[rng.integers(0, x.size)] = np.nan
     assert kernels.b8_quantize_f32(ctypes.c_float(1.0), None, x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_conv2d_vectorized_epilogue(kernels, seed):
+    """Output channels in multiples of 8 with every shift <= 0 take the AVX2 path's vector
+    requantization: extreme multipliers, shifts down to -31, large accumulators and biases."""
+    rng = np.random.default_rng(1000 + seed)
+    n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow = random_conv_geometry(rng)
+    cin, cout = int(rng.integers(1, 40)), 8 * int(rng.integers(1, 5))
+    nonnegative = bool(rng.integers(0, 2))
+    x = rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8)
+    weight = rng.choice(np.array([-127, 127, 0, 1, -1], np.int8), (cout, kh, kw, cin))  # large sums
+    bias = (rng.integers(-(1 << 30), 1 << 30, cout) >> rng.integers(0, 26, cout)).astype(np.int32)
+    multiplier = rng.integers(1 << 30, 1 << 31, cout, dtype=np.int64)
+    multiplier[::3] = (1 << 31) - 1
+    multiplier = multiplier.astype(np.int32)
+    shift = rng.integers(-31, 1, cout).astype(np.int32)
+    typical = 127.0 * 60 * np.sqrt(kh * kw * cin)  # a typical accumulator: mid-range outputs
+    shift[rng.random(cout) < 0.6] = -int(np.log2(typical / 64))
+    act = random_act(rng)
+    attrs = {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "groups": 1}
+    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
+              "act_min": act[0], "act_max": act[1], "depthwise": False}
+    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params), (n, cout, oh, ow))
+    filter_dims = ctypes.byref(Dims(*weight.shape))
+    packed = np.zeros(kernels.b8_conv2d_s8_packed_size(filter_dims, 1), np.int8)
+    kernels.b8_conv2d_s8_pack_filter(filter_dims, 1, ptr(weight, i8), ptr(packed, i8))
+    scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
+    out = np.zeros((n, oh, ow, cout), np.int8)
+    status = kernels.b8_conv2d_s8(
+        ctypes.byref(ConvParams(sh, sw, pad[0], pad[1], dh, dw, 1)), ctypes.byref(requant_params(multiplier, shift, act)),
+        ctypes.byref(Dims(n, h, w, cin)), ptr(x, i8), int(nonnegative), filter_dims, ptr(packed, i8), ptr(bias, i32),
+        ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8), None, ptr(scratch, i8),
+    )
+    assert status == 0
+    np.testing.assert_array_equal(out, expected)
+    assert expected.size < 64 or len(np.unique(expected)) > 3

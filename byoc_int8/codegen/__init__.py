@@ -1,7 +1,8 @@
 """The ``ccompiler`` external codegen: quantized regions -> one C source runtime module.
 
 Importing this package registers ``relax.ext.ccompiler``, which ``relax.transform.RunCodegen``
-calls with every function annotated ``Codegen="ccompiler"``.
+calls with every function annotated ``Codegen="ccompiler"``. Option ``simd`` ("avx2" or
+"portable", default: what this machine has) selects the kernel implementation compiled in.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def ccompiler_codegen(functions, options, constant_names):
         regions.append((symbol, quantized_region(symbol, func)))
     if not regions:
         return []
-    source = emit_module(regions)
+    # RunCodegen(target_options={"ccompiler": {"simd": "portable"}}) picks the kernels.
+    simd = str(options["simd"]) if options is not None and "simd" in options else None
+    source = emit_module(regions, simd)
     create = tvm_ffi.get_global_func("runtime.CSourceModuleCreate")
     return [create(source, "c", [symbol for symbol, _ in regions], [])]

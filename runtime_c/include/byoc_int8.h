@@ -30,6 +30,12 @@ extern "C" {
 #define B8_API
 #endif
 
+/* Kernel implementation, chosen when the kernels are compiled: 1 selects the AVX2 paths (x86
+ * with AVX2), 0 the portable C99 ones. Both give bit-identical results. */
+#ifndef B8_USE_AVX2
+#define B8_USE_AVX2 0
+#endif
+
 typedef enum {
   B8_OK = 0,
   B8_ERROR_ARGUMENT = 1 /* inconsistent shapes or parameters */
@@ -74,26 +80,49 @@ typedef struct {
   int32_t act_min, act_max;
 } b8_add_params;
 
+/* Helpers inlined into every kernel, even where the including file is compiled without
+ * optimization flags (export_library compiles generated code that way; it sets O3 by pragma,
+ * which does not make GCC inline on its own). */
+#if defined(__GNUC__)
+#define B8_INLINE static inline __attribute__((always_inline))
+#else
+#define B8_INLINE static inline
+#endif
+
 /* The fixed-point requantization: round(acc * multiplier * 2^(shift - 31)), one rounding step,
  * ties toward +infinity. See byoc_int8/qarith.py for why and how it relates to TFLite. */
-static inline int64_t b8_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
+B8_INLINE int64_t b8_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
   const int32_t right = 31 - shift; /* in [1, 62] */
   const int64_t product = (int64_t)acc * (int64_t)multiplier;
   return (product + ((int64_t)1 << (right - 1))) >> right;
 }
 
-static inline int8_t b8_clamp_s8(int64_t value, int32_t lo, int32_t hi) {
+B8_INLINE int8_t b8_clamp_s8(int64_t value, int32_t lo, int32_t hi) {
   return (int8_t)(value < lo ? lo : (value > hi ? hi : value));
 }
 
+/* A share of a kernel's work for one thread: output rows [begin, end), rows counted over the
+ * batch (row = n * output_h + y). NULL means all rows. */
+typedef struct {
+  int32_t begin, end;
+} b8_rows;
+
 /* 2-D convolution (grouped or not), fused bias + requantization + activation clamp.
- * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups).
- * `scratch` is caller-owned, at least b8_conv2d_s8_scratch_size(filter_dims) bytes. */
+ * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups), OHWI; the kernel
+ * reads the filter as prepared once by b8_conv2d_s8_pack_filter (b8_conv2d_s8_packed_size bytes),
+ * which lays it out for the selected implementation (portable: OHWI unchanged; AVX2: blocks of
+ * 16 output channels x 4 input bytes).
+ * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
+ * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. */
+B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups);
+B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+                                     int8_t* packed);
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims);
 B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
                               const b8_dims* input_dims, const int8_t* input,
-                              const b8_dims* filter_dims, const int8_t* filter,
-                              const int32_t* bias, const b8_dims* output_dims, int8_t* output,
+                              int32_t input_nonnegative, const b8_dims* filter_dims,
+                              const int8_t* packed_filter, const int32_t* bias,
+                              const b8_dims* output_dims, int8_t* output, const b8_rows* rows,
                               int8_t* scratch);
 
 /* Depthwise convolution: output channel o reads input channel o / multiplier only, with
@@ -103,7 +132,7 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
                                         const b8_dims* input_dims, const int8_t* input,
                                         const b8_dims* filter_dims, const int8_t* filter,
                                         const int32_t* bias, const b8_dims* output_dims,
-                                        int8_t* output);
+                                        int8_t* output, const b8_rows* rows);
 
 /* Max pooling; padded positions never win. The output keeps the input's scale. */
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,

@@ -1,59 +1,103 @@
-/* 2-D convolution, NHWC int8 activations, OHWI int8 filters, int32 accumulation. */
+/* 2-D convolution, NHWC int8 activations, int32 accumulation: plain, grouped and depthwise.
+ *
+ * Two implementations of b8_conv2d_s8 sit behind one signature, chosen by B8_USE_AVX2 when the
+ * kernels are compiled; b8_conv2d_s8_pack_filter prepares the filter for whichever is built.
+ *  - portable: per output pixel, gather the receptive field into one row, then one plain dot
+ *    product per output channel (the compiler vectorizes it).
+ *  - AVX2 (groups = 1): tiles of 4 output pixels x 16 output channels; vpmaddubsw multiplies
+ *    unsigned by signed bytes into int16 pairs and vpmaddwd widens them to int32. Activations
+ *    that may be negative go through the sign trick (|a| times b with a's sign), so the unsigned
+ *    operand is at most 128 and a pair of products (at most 2 x 128 x 127 = 32512) cannot
+ *    saturate int16: the result is exact, bit for bit the portable one.
+ */
+#include <string.h>
+
 #include "byoc_int8.h"
 
-B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
-  return filter_dims->h * filter_dims->w * filter_dims->c;
-}
+#if B8_USE_AVX2
+#include <immintrin.h>
+#endif
 
-/* Dot product of two int8 rows; written as a plain loop so the compiler vectorizes it. */
 static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
   int32_t acc = 0;
   for (int32_t i = 0; i < length; ++i) acc += (int32_t)a[i] * (int32_t)b[i];
   return acc;
 }
 
-B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
-                              const b8_dims* input_dims, const int8_t* input,
-                              const b8_dims* filter_dims, const int8_t* filter,
-                              const int32_t* bias, const b8_dims* output_dims, int8_t* output,
-                              int8_t* scratch) {
+/* The output rows this call computes. */
+static void b8_row_range(const b8_rows* rows, int32_t total, int32_t* begin, int32_t* end) {
+  *begin = rows ? (rows->begin < 0 ? 0 : rows->begin) : 0;
+  *end = rows ? (rows->end > total ? total : rows->end) : total;
+}
+
+/* Gathers the receptive field of output pixel (oy, ox) for one group into `row` (patch bytes);
+ * zero points are 0, so padding contributes exact zeros. Without dilation and groups, the taps
+ * of one kernel row are contiguous in the input: one copy per kernel row when fully inside. */
+static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dims,
+                            const int8_t* image, const b8_dims* filter_dims, int32_t oy, int32_t ox,
+                            int32_t channel_offset, int8_t* row) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, in_c = input_dims->c;
-  const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
-  const int32_t k_h = filter_dims->h, k_w = filter_dims->w, groups = conv->groups;
+  const int32_t group_in = filter_dims->c, k_w = filter_dims->w;
+  const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
+  const int contiguous = conv->dilation_w == 1 && group_in == in_c && ix0 >= 0 && ix0 + k_w <= in_w;
+  for (int32_t ky = 0; ky < filter_dims->h; ++ky) {
+    const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
+    if (iy < 0 || iy >= in_h) {
+      memset(row, 0, (size_t)k_w * group_in);
+      row += k_w * group_in;
+      continue;
+    }
+    const int8_t* line = image + (int64_t)iy * in_w * in_c + channel_offset;
+    if (contiguous) {
+      memcpy(row, line + (int64_t)ix0 * in_c, (size_t)k_w * in_c);
+      row += k_w * in_c;
+      continue;
+    }
+    for (int32_t kx = 0; kx < k_w; ++kx, row += group_in) {
+      const int32_t ix = ix0 + kx * conv->dilation_w;
+      if (ix < 0 || ix >= in_w) {
+        memset(row, 0, (size_t)group_in);
+      } else {
+        memcpy(row, line + (int64_t)ix * in_c, (size_t)group_in);
+      }
+    }
+  }
+}
+
+static b8_status b8_conv2d_check(const b8_conv_params* conv, const b8_dims* input_dims,
+                                 const b8_dims* filter_dims, const b8_dims* output_dims) {
+  const int32_t groups = conv->groups, in_c = input_dims->c, out_c = output_dims->c;
   if (groups < 1 || in_c % groups || out_c % groups || filter_dims->c * groups != in_c ||
       filter_dims->n != out_c || output_dims->n != input_dims->n || conv->stride_h < 1 ||
       conv->stride_w < 1 || conv->dilation_h < 1 || conv->dilation_w < 1) {
     return B8_ERROR_ARGUMENT;
   }
-  const int32_t group_in = filter_dims->c, group_out = out_c / groups;
-  const int32_t patch = k_h * k_w * group_in;
-  for (int32_t n = 0; n < input_dims->n; ++n) {
-    const int8_t* image = input + (int64_t)n * in_h * in_w * in_c;
-    for (int32_t oy = 0; oy < out_h; ++oy) {
-      for (int32_t ox = 0; ox < out_w; ++ox) {
-        int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox) * out_c;
-        for (int32_t g = 0; g < groups; ++g) {
-          /* Gather the group's receptive field into one contiguous row. Zero points are 0, so
-           * padding contributes exact zeros and the dot product needs no bounds checks. */
-          int8_t* row = scratch;
-          for (int32_t ky = 0; ky < k_h; ++ky) {
-            const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-            for (int32_t kx = 0; kx < k_w; ++kx, row += group_in) {
-              const int32_t ix = ox * conv->stride_w - conv->pad_left + kx * conv->dilation_w;
-              if (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w) {
-                for (int32_t c = 0; c < group_in; ++c) row[c] = 0;
-              } else {
-                const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * in_c + g * group_in;
-                for (int32_t c = 0; c < group_in; ++c) row[c] = pixel[c];
-              }
-            }
-          }
-          for (int32_t oc = g * group_out; oc < (g + 1) * group_out; ++oc) {
-            int32_t acc = b8_dot_s8(scratch, filter + (int64_t)oc * patch, patch);
-            if (bias) acc += bias[oc];
-            out[oc] = b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]),
-                                  quant->act_min, quant->act_max);
-          }
+  return B8_OK;
+}
+
+static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requant_params* quant,
+                                       const b8_dims* input_dims, const int8_t* input,
+                                       const b8_dims* filter_dims, const int8_t* filter,
+                                       const int32_t* bias, const b8_dims* output_dims,
+                                       int8_t* output, const b8_rows* rows, int8_t* scratch) {
+  const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
+  const int32_t groups = conv->groups, group_in = filter_dims->c, group_out = out_c / groups;
+  const int32_t patch = filter_dims->h * filter_dims->w * group_in;
+  const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
+  int32_t begin, end;
+  b8_row_range(rows, input_dims->n * out_h, &begin, &end);
+  for (int32_t row = begin; row < end; ++row) {
+    const int32_t n = row / out_h, oy = row % out_h;
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+      int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox) * out_c;
+      for (int32_t g = 0; g < groups; ++g) {
+        b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox, g * group_in,
+                        scratch);
+        for (int32_t oc = g * group_out; oc < (g + 1) * group_out; ++oc) {
+          int32_t acc = b8_dot_s8(scratch, filter + (int64_t)oc * patch, patch);
+          if (bias) acc += bias[oc];
+          out[oc] = b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]),
+                                quant->act_min, quant->act_max);
         }
       }
     }
@@ -61,11 +105,204 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
   return B8_OK;
 }
 
+#if B8_USE_AVX2
+enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
+
+static int32_t b8_round_up(int32_t value, int32_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+/* acc[p][oc] = sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch rows are
+ * `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
+static void b8_tile_4x16(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
+                         int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
+  __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+  const int8_t *p0 = patches, *p1 = p0 + depth, *p2 = p1 + depth, *p3 = p2 + depth;
+#define B8_STEP(pixel, acc0, acc1)                                                        \
+  do {                                                                                    \
+    int32_t quad;                                                                         \
+    memcpy(&quad, (pixel) + k, 4);                                                        \
+    __m256i x = _mm256_set1_epi32(quad), v0 = w0, v1 = w1;                                \
+    if (!nonnegative) {                                                                   \
+      v0 = _mm256_sign_epi8(w0, x);                                                       \
+      v1 = _mm256_sign_epi8(w1, x);                                                       \
+      x = _mm256_abs_epi8(x);                                                             \
+    }                                                                                     \
+    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, v0), ones));  \
+    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, v1), ones));  \
+  } while (0)
+  for (int32_t k = 0; k < depth; k += 4, w += 64) {
+    const __m256i w0 = _mm256_loadu_si256((const __m256i*)w);
+    const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + 32));
+    B8_STEP(p0, a00, a01);
+    B8_STEP(p1, a10, a11);
+    B8_STEP(p2, a20, a21);
+    B8_STEP(p3, a30, a31);
+  }
+#undef B8_STEP
+  /* Lanes hold channels in packing order: each 256-bit half is 8 channels of 4 bytes. */
+  _mm256_storeu_si256((__m256i*)acc[0], a00);
+  _mm256_storeu_si256((__m256i*)(acc[0] + 8), a01);
+  _mm256_storeu_si256((__m256i*)acc[1], a10);
+  _mm256_storeu_si256((__m256i*)(acc[1] + 8), a11);
+  _mm256_storeu_si256((__m256i*)acc[2], a20);
+  _mm256_storeu_si256((__m256i*)(acc[2] + 8), a21);
+  _mm256_storeu_si256((__m256i*)acc[3], a30);
+  _mm256_storeu_si256((__m256i*)(acc[3] + 8), a31);
+}
+
+/* b8_requantize on 8 lanes (bias added first), exact while shift <= 0: the 64-bit product plus
+ * rounding is offset by 2^62 to make it non-negative, shifted logically (AVX2 has no 64-bit
+ * arithmetic shift), and the offset, a multiple of 2^right, is taken off again. The result then
+ * fits in int32 (|acc * multiplier| < 2^62 and right >= 31). */
+static __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i right) {
+  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62), one = _mm256_set1_epi64x(1);
+  const __m256i low = _mm256_set1_epi64x(0xFFFFFFFF);
+  const __m256i right_even = _mm256_and_si256(right, low), right_odd = _mm256_srli_epi64(right, 32);
+  __m256i even = _mm256_mul_epi32(acc, multiplier);
+  __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(acc, 32), _mm256_srli_epi64(multiplier, 32));
+  even = _mm256_add_epi64(_mm256_add_epi64(even, offset),
+                          _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one)));
+  odd = _mm256_add_epi64(_mm256_add_epi64(odd, offset),
+                         _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one)));
+  even = _mm256_sub_epi64(_mm256_srlv_epi64(even, right_even),
+                          _mm256_srlv_epi64(offset, right_even));
+  odd = _mm256_sub_epi64(_mm256_srlv_epi64(odd, right_odd), _mm256_srlv_epi64(offset, right_odd));
+  return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+
+/* Clamps 8 int32 lanes and stores them as 8 int8. */
+static void b8_store_s8x8(int8_t* out, __m256i v, __m256i lo, __m256i hi) {
+  v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+  const __m256i words = _mm256_packs_epi32(v, v);      /* per 128-bit half: 4 values, twice */
+  const __m256i bytes = _mm256_packs_epi16(words, words);
+  const int32_t first = _mm256_extract_epi32(bytes, 0), second = _mm256_extract_epi32(bytes, 4);
+  memcpy(out, &first, 4);
+  memcpy(out + 4, &second, 4);
+}
+
+static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_params* quant,
+                                   const b8_dims* input_dims, const int8_t* input,
+                                   int32_t input_nonnegative, const b8_dims* filter_dims,
+                                   const int8_t* packed, const int32_t* bias,
+                                   const b8_dims* output_dims, int8_t* output,
+                                   const b8_rows* rows, int8_t* scratch) {
+  const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
+  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+  const int32_t depth = b8_round_up(patch, 4);
+  const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
+  int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
+  int32_t begin, end;
+  b8_row_range(rows, input_dims->n * out_h, &begin, &end);
+  memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
+  /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
+  int vector_epilogue = out_c % 8 == 0;
+  for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
+  const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
+  const __m256i thirty_one = _mm256_set1_epi32(31);
+  for (int32_t row = begin; row < end; ++row) {
+    const int32_t n = row / out_h, oy = row % out_h;
+    for (int32_t ox0 = 0; ox0 < out_w; ox0 += B8_TILE_PIXELS) {
+      const int32_t pixels = out_w - ox0 < B8_TILE_PIXELS ? out_w - ox0 : B8_TILE_PIXELS;
+      for (int32_t p = 0; p < pixels; ++p)
+        b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox0 + p, 0,
+                        scratch + p * depth);
+      int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox0) * out_c;
+      for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
+        b8_tile_4x16(scratch, depth, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
+        const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+        if (vector_epilogue) {
+          for (int32_t half = 0; half < channels; half += 8) {
+            const int32_t oc = oc0 + half;
+            const __m256i mult = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc));
+            const __m256i right = _mm256_sub_epi32(
+                thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
+            const __m256i b = bias ? _mm256_loadu_si256((const __m256i*)(bias + oc))
+                                   : _mm256_setzero_si256();
+            for (int32_t p = 0; p < pixels; ++p) {
+              const __m256i sum = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc[p] + half)), b);
+              b8_store_s8x8(out + (int64_t)p * out_c + oc, b8_requantize_x8(sum, mult, right), lo, hi);
+            }
+          }
+          continue;
+        }
+        for (int32_t p = 0; p < pixels; ++p) {
+          for (int32_t c = 0; c < channels; ++c) {
+            const int32_t oc = oc0 + c;
+            const int32_t sum = acc[p][c] + (bias ? bias[oc] : 0);
+            out[(int64_t)p * out_c + oc] = b8_clamp_s8(
+                b8_requantize(sum, quant->multiplier[oc], quant->shift[oc]), quant->act_min,
+                quant->act_max);
+          }
+        }
+      }
+    }
+  }
+  return B8_OK;
+}
+#endif /* B8_USE_AVX2 */
+
+B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
+  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+#if B8_USE_AVX2
+  return 4 * b8_round_up(patch, 4); /* a tile of B8_TILE_PIXELS patches */
+#else
+  return patch;
+#endif
+}
+
+B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups) {
+  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+#if B8_USE_AVX2
+  if (groups == 1) return b8_round_up(filter_dims->n, 16) * b8_round_up(patch, 4);
+#endif
+  (void)groups;
+  return filter_dims->n * patch;
+}
+
+B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+                                     int8_t* packed) {
+  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+#if B8_USE_AVX2
+  if (groups == 1) {
+    /* [out_c / 16][depth / 4][16][4], zero-filled past the real channels and patch bytes. */
+    const int32_t depth = b8_round_up(patch, 4), blocks = b8_round_up(filter_dims->n, 16) / 16;
+    memset(packed, 0, (size_t)blocks * 16 * depth);
+    for (int32_t oc = 0; oc < filter_dims->n; ++oc)
+      for (int32_t k = 0; k < patch; ++k)
+        packed[(((int64_t)(oc / 16) * (depth / 4) + k / 4) * 16 + oc % 16) * 4 + k % 4] =
+            filter[(int64_t)oc * patch + k];
+    return;
+  }
+#endif
+  (void)groups;
+  memcpy(packed, filter, (size_t)filter_dims->n * patch);
+}
+
+B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
+                              const b8_dims* input_dims, const int8_t* input,
+                              int32_t input_nonnegative, const b8_dims* filter_dims,
+                              const int8_t* packed_filter, const int32_t* bias,
+                              const b8_dims* output_dims, int8_t* output, const b8_rows* rows,
+                              int8_t* scratch) {
+  if (b8_conv2d_check(conv, input_dims, filter_dims, output_dims) != B8_OK) return B8_ERROR_ARGUMENT;
+#if B8_USE_AVX2
+  if (conv->groups == 1)
+    return b8_conv2d_s8_avx2(conv, quant, input_dims, input, input_nonnegative, filter_dims,
+                             packed_filter, bias, output_dims, output, rows, scratch);
+#endif
+  (void)input_nonnegative;
+  return b8_conv2d_s8_portable(conv, quant, input_dims, input, filter_dims, packed_filter, bias,
+                               output_dims, output, rows, scratch);
+}
+
 B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
                                         const b8_dims* input_dims, const int8_t* input,
                                         const b8_dims* filter_dims, const int8_t* filter,
                                         const int32_t* bias, const b8_dims* output_dims,
-                                        int8_t* output) {
+                                        int8_t* output, const b8_rows* rows) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, in_c = input_dims->c;
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   if (in_c < 1 || out_c % in_c || filter_dims->c != out_c || filter_dims->n != 1 ||
@@ -74,26 +311,27 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
     return B8_ERROR_ARGUMENT;
   }
   const int32_t multiplier = out_c / in_c;
-  for (int32_t n = 0; n < input_dims->n; ++n) {
+  int32_t begin, end;
+  b8_row_range(rows, input_dims->n * out_h, &begin, &end);
+  for (int32_t row = begin; row < end; ++row) {
+    const int32_t n = row / out_h, oy = row % out_h;
     const int8_t* image = input + (int64_t)n * in_h * in_w * in_c;
-    for (int32_t oy = 0; oy < out_h; ++oy) {
-      for (int32_t ox = 0; ox < out_w; ++ox) {
-        int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox) * out_c;
-        for (int32_t oc = 0; oc < out_c; ++oc) {
-          int32_t acc = bias ? bias[oc] : 0;
-          for (int32_t ky = 0; ky < filter_dims->h; ++ky) {
-            const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-            if (iy < 0 || iy >= in_h) continue;
-            for (int32_t kx = 0; kx < filter_dims->w; ++kx) {
-              const int32_t ix = ox * conv->stride_w - conv->pad_left + kx * conv->dilation_w;
-              if (ix < 0 || ix >= in_w) continue;
-              acc += (int32_t)image[((int64_t)iy * in_w + ix) * in_c + oc / multiplier] *
-                     (int32_t)filter[((int64_t)ky * filter_dims->w + kx) * out_c + oc];
-            }
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+      int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox) * out_c;
+      for (int32_t oc = 0; oc < out_c; ++oc) {
+        int32_t acc = bias ? bias[oc] : 0;
+        for (int32_t ky = 0; ky < filter_dims->h; ++ky) {
+          const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
+          if (iy < 0 || iy >= in_h) continue;
+          for (int32_t kx = 0; kx < filter_dims->w; ++kx) {
+            const int32_t ix = ox * conv->stride_w - conv->pad_left + kx * conv->dilation_w;
+            if (ix < 0 || ix >= in_w) continue;
+            acc += (int32_t)image[((int64_t)iy * in_w + ix) * in_c + oc / multiplier] *
+                   (int32_t)filter[((int64_t)ky * filter_dims->w + kx) * out_c + oc];
           }
-          out[oc] = b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]),
-                                quant->act_min, quant->act_max);
         }
+        out[oc] = b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]),
+                              quant->act_min, quant->act_max);
       }
     }
   }

@@ -71,29 +71,39 @@ B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, c
   return B8_OK;
 }
 
-/* Index in NCHW order of the i-th value in NHWC order; identity when dims is NULL. */
-static int64_t b8_nchw_index(const b8_dims* dims, int64_t i) {
-  if (!dims) return i;
-  const int64_t c = i % dims->c, x = (i / dims->c) % dims->w;
-  const int64_t y = (i / ((int64_t)dims->c * dims->w)) % dims->h;
-  const int64_t n = i / ((int64_t)dims->c * dims->w * dims->h);
-  return ((n * dims->c + c) * dims->h + y) * dims->w + x;
-}
+/* Visits a 4-D tensor in NHWC order (index i) alongside its NCHW index j; flat when dims is NULL. */
+#define B8_FOR_NHWC_NCHW(dims, size, BODY)                                                  \
+  do {                                                                                     \
+    if (!(dims)) {                                                                         \
+      for (int64_t i = 0, j = 0; i < (size); ++i, j = i) BODY                              \
+    } else {                                                                               \
+      const int64_t h_ = (dims)->h, w_ = (dims)->w, c_ = (dims)->c, plane_ = h_ * w_;      \
+      int64_t i = 0;                                                                       \
+      for (int64_t n_ = 0; n_ < (dims)->n; ++n_)                                           \
+        for (int64_t y_ = 0; y_ < h_; ++y_)                                                \
+          for (int64_t x_ = 0; x_ < w_; ++x_)                                              \
+            for (int64_t ch_ = 0; ch_ < c_; ++ch_, ++i) {                                  \
+              const int64_t j = (n_ * c_ + ch_) * plane_ + y_ * w_ + x_;                   \
+              BODY                                                                         \
+            }                                                                              \
+    }                                                                                      \
+  } while (0)
 
 B8_API b8_status b8_quantize_f32(float inv_scale, const b8_dims* dims, int32_t size,
                                  const float* input, int8_t* output) {
-  for (int32_t i = 0; i < size; ++i) {
-    const float x = input[b8_nchw_index(dims, i)];
-    if (!(x - x == 0.0f)) return B8_ERROR_ARGUMENT; /* NaN or infinity */
+  int bad = 0;
+  B8_FOR_NHWC_NCHW(dims, size, {
+    const float x = input[j];
+    bad |= !(x - x == 0.0f); /* NaN or infinity */
     float v = x * inv_scale;
     v = v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v);
     output[i] = (int8_t)nearbyintf(v); /* round half to even, as numpy.rint */
-  }
-  return B8_OK;
+  });
+  return bad ? B8_ERROR_ARGUMENT : B8_OK;
 }
 
 B8_API b8_status b8_dequantize_f32(float scale, const b8_dims* dims, int32_t size,
                                    const int8_t* input, float* output) {
-  for (int32_t i = 0; i < size; ++i) output[b8_nchw_index(dims, i)] = (float)input[i] * scale;
+  B8_FOR_NHWC_NCHW(dims, size, { output[j] = (float)input[i] * scale; });
   return B8_OK;
 }

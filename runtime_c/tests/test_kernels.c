@@ -40,18 +40,27 @@ static void test_conv2d_padding_and_stride(void) {
   const b8_conv_params conv = {2, 2, 1, 1, 1, 1, 1};
   const b8_requant_params quant = {multiplier, shift, -128, 127};
   const b8_dims in_dims = {1, 3, 3, 1}, filter_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
-  int8_t output[4], scratch[4];
-  EXPECT_EQ(b8_conv2d_s8_scratch_size(&filter_dims), 4);
-  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, bias, &out_dims,
-                         output, scratch), B8_OK);
+  int8_t output[4], scratch[64], packed[64];
+  EXPECT_EQ(b8_conv2d_s8_scratch_size(&filter_dims) <= 64, 1);
+  EXPECT_EQ(b8_conv2d_s8_packed_size(&filter_dims, 1) <= 64, 1);
+  b8_conv2d_s8_pack_filter(&filter_dims, 1, filter, packed);
+  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &filter_dims, packed, bias, &out_dims,
+                         output, NULL, scratch), B8_OK);
   EXPECT_EQ(output[0], 10 + 1);
   EXPECT_EQ(output[1], 10 + 2 + 3);
   EXPECT_EQ(output[2], 10 + 4 + 7);
   EXPECT_EQ(output[3], 10 + 5 + 6 + 8 + 9);
   /* A filter whose input channels do not match is refused, not read out of bounds. */
   const b8_dims bad_filter = {1, 2, 2, 2};
-  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, &bad_filter, filter, bias, &out_dims,
-                         output, scratch), B8_ERROR_ARGUMENT);
+  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &bad_filter, packed, bias, &out_dims,
+                         output, NULL, scratch), B8_ERROR_ARGUMENT);
+  /* Only the rows asked for are written. */
+  const b8_rows second_row = {1, 2};
+  int8_t partial[4] = {0, 0, 0, 0};
+  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &filter_dims, packed, bias, &out_dims,
+                         partial, &second_row, scratch), B8_OK);
+  EXPECT_EQ(partial[0], 0);
+  EXPECT_EQ(partial[2], 10 + 4 + 7);
 }
 
 static void test_max_pool_ignores_padding(void) {
@@ -128,7 +137,7 @@ static void test_depthwise_multiplier(void) {
   const b8_dims in_dims = {1, 1, 1, 2}, filter_dims = {1, 1, 1, 4}, out_dims = {1, 1, 1, 4};
   int8_t out[4];
   EXPECT_EQ(b8_depthwise_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, NULL,
-                                   &out_dims, out), B8_OK);
+                                   &out_dims, out, NULL), B8_OK);
   EXPECT_EQ(out[0], 10);
   EXPECT_EQ(out[1], 20);
   EXPECT_EQ(out[2], -60);
