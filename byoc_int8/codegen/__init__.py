@@ -1,8 +1,8 @@
 """The ``ccompiler`` external codegen: quantized regions -> one C source runtime module.
 
 Importing this package registers ``relax.ext.ccompiler``, which ``relax.transform.RunCodegen``
-calls with every function annotated ``Codegen="ccompiler"``. Option ``simd`` ("avx2" or
-"portable", default: what this machine has) selects the kernel implementation compiled in.
+calls with every function annotated ``Codegen="ccompiler"``. Option ``simd`` ("avx512vnni",
+"avx2" or "portable"; default: the fastest this machine runs) selects the kernels compiled in.
 """
 
 from __future__ import annotations

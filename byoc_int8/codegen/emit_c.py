@@ -26,13 +26,17 @@ ALIGN = 64
 
 
 def runtime_source() -> str:
-    """The kernel header and sources as one block of text, local includes removed."""
+    """The kernel header, the private helpers and the sources as one block of text, with the
+    local includes (pasted here in order) removed."""
     if not (RUNTIME_C / "include" / "byoc_int8.h").exists():
         raise FileNotFoundError(f"runtime_c kernels not found at {RUNTIME_C}")
-    parts = [(RUNTIME_C / "include" / "byoc_int8.h").read_text()]
-    parts += [(RUNTIME_C / "src" / name).read_text() for name in KERNEL_FILES]
+    files = [RUNTIME_C / "include" / "byoc_int8.h", *sorted((RUNTIME_C / "src").glob("*.h"))]
+    files += [RUNTIME_C / "src" / name for name in KERNEL_FILES]
     return "\n".join(
-        line for part in parts for line in part.splitlines() if line.strip() != '#include "byoc_int8.h"'
+        line
+        for path in files
+        for line in path.read_text().splitlines()
+        if not (line.startswith('#include "') and line.endswith('.h"'))
     )
 
 
@@ -56,19 +60,26 @@ SIMD_PRELUDE = {
     # The AVX2 kernels need the ISA enabled for the whole file (the pragma must precede the
     # intrinsics header); the entry points check the CPU before running them.
     "avx2": '#pragma GCC target("avx2,fma")\n#define B8_USE_AVX2 1\n',
+    "avx512vnni": '#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")\n'
+    "#define B8_USE_AVX512VNNI 1\n",
 }
 
+# CPU features each implementation needs (as /proc/cpuinfo spells them).
+SIMD_FLAGS = {"portable": set(), "avx2": {"avx2", "fma"}, "avx512vnni": {"avx2", "fma", "avx512bw", "avx512vl", "avx512_vnni"}}
 
-def host_has_avx2() -> bool:
+
+def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx2" in line for line in f)
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
     except OSError:
-        return False
+        return set()
 
 
 def default_simd() -> str:
-    return "avx2" if host_has_avx2() else "portable"
+    """The fastest kernel implementation this machine runs."""
+    flags = cpu_flags()
+    return next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
 
 ENTRY_HELPERS = """
 // ---- helpers shared by every region ----
@@ -78,7 +89,10 @@ static int b8_fail(const char* message) {
 }
 
 static int b8_cpu_supported(void) {
-#if B8_USE_AVX2
+#if B8_USE_AVX512VNNI
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2");
+#elif B8_USE_AVX2
   return __builtin_cpu_supports("avx2");
 #else
   return 1;
@@ -286,8 +300,9 @@ def plan_memory(qgraph: QGraph, scratch_bytes: int) -> MemoryPlan:
 class RegionEmitter:
     """Writes the C for one quantized region whose entry point is __tvm_ffi_<symbol>."""
 
-    def __init__(self, symbol: str, qgraph: QGraph):
+    def __init__(self, symbol: str, qgraph: QGraph, simd: str):
         self.symbol = symbol
+        self.simd = simd
         self.q = qgraph
         self.g = qgraph.graph
         self.nonnegative = qgraph.nonnegative()
@@ -464,7 +479,7 @@ class RegionEmitter:
             f'extern "C" int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args, int32_t num_args,',
             "                                  TVMFFIAny* result) {",
             "  if (!b8_cpu_supported())",
-            f'    return b8_fail("{self.symbol}: compiled for AVX2, which this CPU does not have");',
+            f'    return b8_fail("{self.symbol}: compiled for instructions ({self.simd}) this CPU does not have");',
             f"  if (num_args != {n_in + n_out})",
             f'    return b8_fail("{self.symbol}: expected {n_in} inputs and {n_out} outputs");',
             f"  float* tensors[{n_in + n_out}];",
@@ -492,11 +507,11 @@ class RegionEmitter:
 def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None) -> str:
     """The whole C translation unit for a list of (symbol, quantized region).
 
-    `simd` selects the kernel implementation compiled in: "avx2" or "portable" (default: AVX2
-    when this machine has it)."""
+    `simd` selects the kernel implementation compiled in: "avx512vnni", "avx2" or "portable"
+    (default: the fastest this machine runs)."""
     simd = simd or default_simd()
     if simd not in SIMD_PRELUDE:
         raise ValueError(f"unknown kernel implementation {simd!r}; choose from {sorted(SIMD_PRELUDE)}")
     parts = [PRELUDE, SIMD_PRELUDE[simd], runtime_source(), ENTRY_HELPERS]
-    parts += [RegionEmitter(symbol, q).emit() for symbol, q in regions]
+    parts += [RegionEmitter(symbol, q, simd).emit() for symbol, q in regions]
     return "\n".join(parts)

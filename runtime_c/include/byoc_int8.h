@@ -30,10 +30,14 @@ extern "C" {
 #define B8_API
 #endif
 
-/* Kernel implementation, chosen when the kernels are compiled: 1 selects the AVX2 paths (x86
- * with AVX2), 0 the portable C99 ones. Both give bit-identical results. */
+/* Kernel implementation, chosen when the kernels are compiled: B8_USE_AVX2 selects the AVX2
+ * paths (x86 with AVX2), B8_USE_AVX512VNNI on top of it the AVX-512 VNNI convolution; neither
+ * gives the portable C99 kernels. All give bit-identical results. */
+#ifndef B8_USE_AVX512VNNI
+#define B8_USE_AVX512VNNI 0
+#endif
 #ifndef B8_USE_AVX2
-#define B8_USE_AVX2 0
+#define B8_USE_AVX2 B8_USE_AVX512VNNI
 #endif
 
 typedef enum {
@@ -110,8 +114,8 @@ typedef struct {
 /* 2-D convolution (grouped or not), fused bias + requantization + activation clamp.
  * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups), OHWI; the kernel
  * reads the filter as prepared once by b8_conv2d_s8_pack_filter (b8_conv2d_s8_packed_size bytes),
- * which lays it out for the selected implementation (portable: OHWI unchanged; AVX2: blocks of
- * 16 output channels x 4 input bytes).
+ * which lays it out for the selected implementation (portable: OHWI unchanged; AVX2 / AVX-512
+ * VNNI: blocks of 16 / 32 output channels x 4 input bytes).
  * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
  * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. */
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups);

@@ -9,14 +9,14 @@
  *    that may be negative go through the sign trick (|a| times b with a's sign), so the unsigned
  *    operand is at most 128 and a pair of products (at most 2 x 128 x 127 = 32512) cannot
  *    saturate int16: the result is exact, bit for bit the portable one.
+ *  - AVX-512 VNNI (groups = 1): the same scheme on 4 pixels x 32 channels, with vpdpbusd doing
+ *    multiply, pairwise sums and accumulation in one exact instruction.
  */
 #include <string.h>
 
 #include "byoc_int8.h"
 
-#if B8_USE_AVX2
-#include <immintrin.h>
-#endif
+#include "simd_avx2.h"
 
 static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
   int32_t acc = 0;
@@ -106,7 +106,11 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
 }
 
 #if B8_USE_AVX2
+#if B8_USE_AVX512VNNI
+enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 32 };
+#else
 enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
+#endif
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -114,8 +118,50 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
 
 /* acc[p][oc] = sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch rows are
  * `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
-static void b8_tile_4x16(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
-                         int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+#if B8_USE_AVX512VNNI
+/* acc[p][oc] for 4 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors
+ * of 16 channels x 4 bytes per step. */
+static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero;
+  __m512i a20 = zero, a21 = zero, a30 = zero, a31 = zero;
+  const int8_t *p0 = patches, *p1 = p0 + depth, *p2 = p1 + depth, *p3 = p2 + depth;
+#define B8_STEP(pixel, acc0, acc1)                                                   \
+  do {                                                                               \
+    int32_t quad;                                                                    \
+    memcpy(&quad, (pixel) + k, 4);                                                   \
+    __m512i x = _mm512_set1_epi32(quad), v0 = w0, v1 = w1;                           \
+    if (!nonnegative) { /* |x| times w with x's sign: vpdpbusd takes x unsigned */   \
+      const __mmask64 negative = _mm512_movepi8_mask(x);                             \
+      v0 = _mm512_mask_sub_epi8(w0, negative, zero, w0);                             \
+      v1 = _mm512_mask_sub_epi8(w1, negative, zero, w1);                             \
+      x = _mm512_abs_epi8(x);                                                        \
+    }                                                                                \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, v0);                                         \
+    acc1 = _mm512_dpbusd_epi32(acc1, x, v1);                                         \
+  } while (0)
+  for (int32_t k = 0; k < depth; k += 4, w += 128) {
+    const __m512i w0 = _mm512_loadu_si512((const void*)w);
+    const __m512i w1 = _mm512_loadu_si512((const void*)(w + 64));
+    B8_STEP(p0, a00, a01);
+    B8_STEP(p1, a10, a11);
+    B8_STEP(p2, a20, a21);
+    B8_STEP(p3, a30, a31);
+  }
+#undef B8_STEP
+  _mm512_storeu_si512((void*)acc[0], a00);
+  _mm512_storeu_si512((void*)(acc[0] + 16), a01);
+  _mm512_storeu_si512((void*)acc[1], a10);
+  _mm512_storeu_si512((void*)(acc[1] + 16), a11);
+  _mm512_storeu_si512((void*)acc[2], a20);
+  _mm512_storeu_si512((void*)(acc[2] + 16), a21);
+  _mm512_storeu_si512((void*)acc[3], a30);
+  _mm512_storeu_si512((void*)(acc[3] + 16), a31);
+}
+#else
+static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
   __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
@@ -152,36 +198,7 @@ static void b8_tile_4x16(const int8_t* patches, int32_t depth, const int8_t* w, 
   _mm256_storeu_si256((__m256i*)acc[3], a30);
   _mm256_storeu_si256((__m256i*)(acc[3] + 8), a31);
 }
-
-/* b8_requantize on 8 lanes (bias added first), exact while shift <= 0: the 64-bit product plus
- * rounding is offset by 2^62 to make it non-negative, shifted logically (AVX2 has no 64-bit
- * arithmetic shift), and the offset, a multiple of 2^right, is taken off again. The result then
- * fits in int32 (|acc * multiplier| < 2^62 and right >= 31). */
-static __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i right) {
-  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62), one = _mm256_set1_epi64x(1);
-  const __m256i low = _mm256_set1_epi64x(0xFFFFFFFF);
-  const __m256i right_even = _mm256_and_si256(right, low), right_odd = _mm256_srli_epi64(right, 32);
-  __m256i even = _mm256_mul_epi32(acc, multiplier);
-  __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(acc, 32), _mm256_srli_epi64(multiplier, 32));
-  even = _mm256_add_epi64(_mm256_add_epi64(even, offset),
-                          _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one)));
-  odd = _mm256_add_epi64(_mm256_add_epi64(odd, offset),
-                         _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one)));
-  even = _mm256_sub_epi64(_mm256_srlv_epi64(even, right_even),
-                          _mm256_srlv_epi64(offset, right_even));
-  odd = _mm256_sub_epi64(_mm256_srlv_epi64(odd, right_odd), _mm256_srlv_epi64(offset, right_odd));
-  return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-}
-
-/* Clamps 8 int32 lanes and stores them as 8 int8. */
-static void b8_store_s8x8(int8_t* out, __m256i v, __m256i lo, __m256i hi) {
-  v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
-  const __m256i words = _mm256_packs_epi32(v, v);      /* per 128-bit half: 4 values, twice */
-  const __m256i bytes = _mm256_packs_epi16(words, words);
-  const int32_t first = _mm256_extract_epi32(bytes, 0), second = _mm256_extract_epi32(bytes, 4);
-  memcpy(out, &first, 4);
-  memcpy(out + 4, &second, 4);
-}
+#endif
 
 static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_params* quant,
                                    const b8_dims* input_dims, const int8_t* input,
@@ -211,7 +228,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                         scratch + p * depth);
       int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox0) * out_c;
       for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
-        b8_tile_4x16(scratch, depth, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
+        b8_tile(scratch, depth, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
         const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
@@ -256,7 +273,7 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  if (groups == 1) return b8_round_up(filter_dims->n, 16) * b8_round_up(patch, 4);
+  if (groups == 1) return b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_round_up(patch, 4);
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -267,12 +284,14 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
   if (groups == 1) {
-    /* [out_c / 16][depth / 4][16][4], zero-filled past the real channels and patch bytes. */
-    const int32_t depth = b8_round_up(patch, 4), blocks = b8_round_up(filter_dims->n, 16) / 16;
-    memset(packed, 0, (size_t)blocks * 16 * depth);
+    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS, zero-filled past the real
+     * channels and patch bytes. */
+    const int32_t t = B8_TILE_CHANNELS, depth = b8_round_up(patch, 4);
+    const int32_t blocks = b8_round_up(filter_dims->n, t) / t;
+    memset(packed, 0, (size_t)blocks * t * depth);
     for (int32_t oc = 0; oc < filter_dims->n; ++oc)
       for (int32_t k = 0; k < patch; ++k)
-        packed[(((int64_t)(oc / 16) * (depth / 4) + k / 4) * 16 + oc % 16) * 4 + k % 4] =
+        packed[(((int64_t)(oc / t) * (depth / 4) + k / 4) * t + oc % t) * 4 + k % 4] =
             filter[(int64_t)oc * patch + k];
     return;
   }

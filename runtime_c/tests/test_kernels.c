@@ -40,9 +40,12 @@ static void test_conv2d_padding_and_stride(void) {
   const b8_conv_params conv = {2, 2, 1, 1, 1, 1, 1};
   const b8_requant_params quant = {multiplier, shift, -128, 127};
   const b8_dims in_dims = {1, 3, 3, 1}, filter_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
-  int8_t output[4], scratch[64], packed[64];
-  EXPECT_EQ(b8_conv2d_s8_scratch_size(&filter_dims) <= 64, 1);
-  EXPECT_EQ(b8_conv2d_s8_packed_size(&filter_dims, 1) <= 64, 1);
+  int8_t output[4], scratch[256], packed[256];
+  if (b8_conv2d_s8_scratch_size(&filter_dims) > 256 || b8_conv2d_s8_packed_size(&filter_dims, 1) > 256) {
+    fprintf(stderr, "conv2d buffers larger than expected\n");
+    ++failures;
+    return;
+  }
   b8_conv2d_s8_pack_filter(&filter_dims, 1, filter, packed);
   EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &filter_dims, packed, bias, &out_dims,
                          output, NULL, scratch), B8_OK);

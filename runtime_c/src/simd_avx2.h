@@ -1,0 +1,50 @@
+/* AVX2 helpers shared by the kernels (private to runtime_c: not part of the kernel interface). */
+#ifndef BYOC_INT8_SIMD_AVX2_H_
+#define BYOC_INT8_SIMD_AVX2_H_
+
+#include <string.h>
+
+#include "byoc_int8.h"
+
+#if B8_USE_AVX2
+#include <immintrin.h>
+
+/* b8_requantize on 8 lanes (bias added first), exact while shift <= 0: the 64-bit product plus
+ * rounding is offset by 2^62 to make it non-negative, shifted logically (AVX2 has no 64-bit
+ * arithmetic shift), and the offset, a multiple of 2^right, is taken off again. The result then
+ * fits in int32 (|acc * multiplier| < 2^62 and right >= 31). */
+B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i right) {
+  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62), one = _mm256_set1_epi64x(1);
+  const __m256i low = _mm256_set1_epi64x(0xFFFFFFFF);
+  const __m256i right_even = _mm256_and_si256(right, low), right_odd = _mm256_srli_epi64(right, 32);
+  __m256i even = _mm256_mul_epi32(acc, multiplier);
+  __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(acc, 32), _mm256_srli_epi64(multiplier, 32));
+  even = _mm256_add_epi64(_mm256_add_epi64(even, offset),
+                          _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one)));
+  odd = _mm256_add_epi64(_mm256_add_epi64(odd, offset),
+                         _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one)));
+  even = _mm256_sub_epi64(_mm256_srlv_epi64(even, right_even),
+                          _mm256_srlv_epi64(offset, right_even));
+  odd = _mm256_sub_epi64(_mm256_srlv_epi64(odd, right_odd), _mm256_srlv_epi64(offset, right_odd));
+  return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+
+/* Clamps 8 int32 lanes and stores them as 8 int8. */
+B8_INLINE void b8_store_s8x8(int8_t* out, __m256i v, __m256i lo, __m256i hi) {
+  v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+  const __m256i words = _mm256_packs_epi32(v, v);      /* per 128-bit half: 4 values, twice */
+  const __m256i bytes = _mm256_packs_epi16(words, words);
+  const int32_t first = _mm256_extract_epi32(bytes, 0), second = _mm256_extract_epi32(bytes, 4);
+  memcpy(out, &first, 4);
+  memcpy(out + 4, &second, 4);
+}
+
+/* 8 int8 values widened to int32 lanes. */
+B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
+  int64_t bytes;
+  memcpy(&bytes, in, 8);
+  return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
+}
+#endif /* B8_USE_AVX2 */
+
+#endif /* BYOC_INT8_SIMD_AVX2_H_ */
