@@ -119,6 +119,24 @@ typedef struct {
   int32_t input_nonnegative, depthwise;
 } b8_conv_job;
 
+/* One elementwise add, split over the pool in chunks of whole cache lines. */
+typedef struct {
+  const b8_add_params* params;
+  int32_t size;
+  const int8_t *input1, *input2;
+  int8_t* output;
+} b8_add_job;
+
+static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  const b8_add_job* job = (const b8_add_job*)data;
+  const int32_t share = ((job->size + env->num_task - 1) / env->num_task + 63) / 64 * 64;
+  const int32_t begin = task_id * share;
+  const int32_t end = begin + share < job->size ? begin + share : job->size;
+  if (begin >= end) return 0;
+  return b8_add_s8(job->params, end - begin, job->input1 + begin, job->input2 + begin,
+                   job->output + begin) == B8_OK ? 0 : -1;
+}
+
 static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_conv_job* job = (const b8_conv_job*)data;
   const int32_t total = job->output_dims->n * job->output_dims->h;
@@ -404,7 +422,11 @@ class RegionEmitter:
             )
             size = math.prod(self.g.shapes[n.output])
             src2 = self._buffer(n.inputs[1], plan)
-            self._call(label, f"b8_add_s8(&ap, {size}, {src}, {src2}, {dst})")
+            self.body += [
+                f"    b8_add_job job = {{&ap, {size}, {src}, {src2}, {dst}}};",
+                f"    if (TVMBackendParallelLaunch(b8_add_task, &job, 0) != 0) "
+                f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");',
+            ]
         elif qn.op == "clip":
             size = math.prod(self.g.shapes[n.output])
             self._call(label, f"b8_clip_s8({size}, {p['act_min']}, {p['act_max']}, {src}, {dst})")

@@ -219,14 +219,18 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const __m256i thirty_one = _mm256_set1_epi32(31);
-  for (int32_t row = begin; row < end; ++row) {
-    const int32_t n = row / out_h, oy = row % out_h;
-    for (int32_t ox0 = 0; ox0 < out_w; ox0 += B8_TILE_PIXELS) {
-      const int32_t pixels = out_w - ox0 < B8_TILE_PIXELS ? out_w - ox0 : B8_TILE_PIXELS;
-      for (int32_t p = 0; p < pixels; ++p)
-        b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox0 + p, 0,
-                        scratch + p * depth);
-      int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox0) * out_c;
+  /* Tiles run over the output pixels of the rows in order, across row ends (a 7-wide output
+   * would otherwise waste an eighth of every tile). */
+  const int64_t last = (int64_t)end * out_w;
+  for (int64_t first = (int64_t)begin * out_w; first < last; first += B8_TILE_PIXELS) {
+    const int32_t pixels = last - first < B8_TILE_PIXELS ? (int32_t)(last - first) : B8_TILE_PIXELS;
+    for (int32_t p = 0; p < pixels; ++p) {
+      const int64_t pixel = first + p, row = pixel / out_w;
+      b8_gather_patch(conv, input_dims, input + (row / out_h) * image_size, filter_dims,
+                      (int32_t)(row % out_h), (int32_t)(pixel % out_w), 0, scratch + p * depth);
+    }
+    {
+      int8_t* out = output + first * out_c;
       for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
         b8_tile(scratch, depth, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
         const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
