@@ -107,7 +107,7 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
 
 #if B8_USE_AVX2
 #if B8_USE_AVX512VNNI
-enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 32 };
+enum { B8_TILE_PIXELS = 8, B8_TILE_CHANNELS = 32 };
 #else
 enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 #endif
@@ -119,18 +119,18 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
 /* acc[p][oc] = sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch rows are
  * `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
 #if B8_USE_AVX512VNNI
-/* acc[p][oc] for 4 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors
- * of 16 channels x 4 bytes per step. */
+/* acc[p][oc] for 8 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors of
+ * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers). */
 static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
                     int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
   const __m512i zero = _mm512_setzero_si512();
-  __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero;
-  __m512i a20 = zero, a21 = zero, a30 = zero, a31 = zero;
-  const int8_t *p0 = patches, *p1 = p0 + depth, *p2 = p1 + depth, *p3 = p2 + depth;
+  __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero;
+  __m512i a30 = zero, a31 = zero, a40 = zero, a41 = zero, a50 = zero, a51 = zero;
+  __m512i a60 = zero, a61 = zero, a70 = zero, a71 = zero;
 #define B8_STEP(pixel, acc0, acc1)                                                   \
   do {                                                                               \
     int32_t quad;                                                                    \
-    memcpy(&quad, (pixel) + k, 4);                                                   \
+    memcpy(&quad, patches + (pixel) * depth + k, 4);                                 \
     __m512i x = _mm512_set1_epi32(quad), v0 = w0, v1 = w1;                           \
     if (!nonnegative) { /* |x| times w with x's sign: vpdpbusd takes x unsigned */   \
       const __mmask64 negative = _mm512_movepi8_mask(x);                             \
@@ -144,20 +144,28 @@ static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int n
   for (int32_t k = 0; k < depth; k += 4, w += 128) {
     const __m512i w0 = _mm512_loadu_si512((const void*)w);
     const __m512i w1 = _mm512_loadu_si512((const void*)(w + 64));
-    B8_STEP(p0, a00, a01);
-    B8_STEP(p1, a10, a11);
-    B8_STEP(p2, a20, a21);
-    B8_STEP(p3, a30, a31);
+    B8_STEP(0, a00, a01);
+    B8_STEP(1, a10, a11);
+    B8_STEP(2, a20, a21);
+    B8_STEP(3, a30, a31);
+    B8_STEP(4, a40, a41);
+    B8_STEP(5, a50, a51);
+    B8_STEP(6, a60, a61);
+    B8_STEP(7, a70, a71);
   }
 #undef B8_STEP
-  _mm512_storeu_si512((void*)acc[0], a00);
-  _mm512_storeu_si512((void*)(acc[0] + 16), a01);
-  _mm512_storeu_si512((void*)acc[1], a10);
-  _mm512_storeu_si512((void*)(acc[1] + 16), a11);
-  _mm512_storeu_si512((void*)acc[2], a20);
-  _mm512_storeu_si512((void*)(acc[2] + 16), a21);
-  _mm512_storeu_si512((void*)acc[3], a30);
-  _mm512_storeu_si512((void*)(acc[3] + 16), a31);
+#define B8_SAVE(pixel, acc0, acc1)                           \
+  _mm512_storeu_si512((void*)acc[pixel], acc0);              \
+  _mm512_storeu_si512((void*)(acc[pixel] + 16), acc1)
+  B8_SAVE(0, a00, a01);
+  B8_SAVE(1, a10, a11);
+  B8_SAVE(2, a20, a21);
+  B8_SAVE(3, a30, a31);
+  B8_SAVE(4, a40, a41);
+  B8_SAVE(5, a50, a51);
+  B8_SAVE(6, a60, a61);
+  B8_SAVE(7, a70, a71);
+#undef B8_SAVE
 }
 #else
 static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
@@ -234,6 +242,23 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
         b8_tile(scratch, depth, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
         const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+#if B8_USE_AVX512VNNI
+        if (vector_epilogue && channels % 16 == 0) {
+          const __m512i lo16 = _mm512_set1_epi32(quant->act_min), hi16 = _mm512_set1_epi32(quant->act_max);
+          for (int32_t half = 0; half < channels; half += 16) {
+            const int32_t oc = oc0 + half;
+            const __m512i mult = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
+            const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31),
+                                                   _mm512_loadu_si512((const void*)(quant->shift + oc)));
+            const __m512i b = bias ? _mm512_loadu_si512((const void*)(bias + oc)) : _mm512_setzero_si512();
+            for (int32_t p = 0; p < pixels; ++p) {
+              const __m512i sum = _mm512_add_epi32(_mm512_loadu_si512((const void*)(acc[p] + half)), b);
+              b8_store_s8x16(out + (int64_t)p * out_c + oc, b8_requantize_x16(sum, mult, right), lo16, hi16);
+            }
+          }
+          continue;
+        }
+#endif
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
             const int32_t oc = oc0 + half;
@@ -268,7 +293,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  return 4 * b8_round_up(patch, 4); /* a tile of B8_TILE_PIXELS patches */
+  return B8_TILE_PIXELS * b8_round_up(patch, 4); /* a tile of patches */
 #else
   return patch;
 #endif

@@ -45,6 +45,27 @@ B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   memcpy(&bytes, in, 8);
   return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
 }
+#if B8_USE_AVX512VNNI
+/* b8_requantize on 16 lanes, exact while shift <= 0 (the result then fits in int32); AVX-512
+ * has the 64-bit arithmetic shift that AVX2 lacks. */
+B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i right) {
+  const __m512i one = _mm512_set1_epi64(1), low = _mm512_set1_epi64(0xFFFFFFFF);
+  const __m512i right_even = _mm512_and_si512(right, low), right_odd = _mm512_srli_epi64(right, 32);
+  __m512i even = _mm512_mul_epi32(acc, multiplier);
+  __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(acc, 32), _mm512_srli_epi64(multiplier, 32));
+  even = _mm512_srav_epi64(
+      _mm512_add_epi64(even, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_even, one))), right_even);
+  odd = _mm512_srav_epi64(
+      _mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_odd, one))), right_odd);
+  return _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+/* Clamps 16 int32 lanes and stores them as 16 int8. */
+B8_INLINE void b8_store_s8x16(int8_t* out, __m512i v, __m512i lo, __m512i hi) {
+  v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+  _mm_storeu_si128((__m128i*)out, _mm512_cvtepi32_epi8(v));
+}
+#endif /* B8_USE_AVX512VNNI */
 #endif /* B8_USE_AVX2 */
 
 #endif /* BYOC_INT8_SIMD_AVX2_H_ */
