@@ -17,9 +17,11 @@ from . import codegen  # noqa: F401  (registers relax.ext.ccompiler)
 HOST_TARGET = {"kind": "llvm"}
 
 
-def build(mod: tvm.IRModule, target: dict | None = None) -> tvm.relax.VMExecutable:
-    """Run the external codegen and compile the host program."""
-    mod = relax.transform.RunCodegen()(mod)
+def build(mod: tvm.IRModule, target: dict | None = None, simd: str | None = None) -> tvm.relax.VMExecutable:
+    """Run the external codegen and compile the host program. `simd` picks the kernel
+    implementation ("avx512vnni", "avx2", "portable"; default: the fastest this machine runs)."""
+    options = {"ccompiler": {"simd": simd}} if simd else None
+    mod = relax.transform.RunCodegen(options)(mod)
     return tvm.compile(mod, target=tvm.target.Target(target or HOST_TARGET))
 
 

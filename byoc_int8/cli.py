@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--num-eval", type=int, help="evaluation inputs (default: the model's evaluation set)")
         p.add_argument("--int8-only", action="store_true",
                        help="fail, listing them, if any op cannot run in int8 on the accelerator")
+        p.add_argument("--simd", choices=["avx512vnni", "avx2", "portable"],
+                       help="kernel implementation (default: the fastest this machine runs)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "run":
             p.add_argument("--json", help="also write the report to this path")
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             output_path=args.output if args.command == "compile" else None,
             progress=not args.quiet,
             int8_only=args.int8_only,
+            simd=args.simd,
             **_calibration_options(args),
         )
     except Int8OnlyError as err:

@@ -73,6 +73,7 @@ def compile_model(
     output_path: str | os.PathLike | None = None,
     progress: bool = False,
     int8_only: bool = False,
+    simd: str | None = None,
     **calibration_options,
 ) -> CompiledModel:
     """Compile a float PyTorch model into one int8 shared library.
@@ -83,6 +84,8 @@ def compile_model(
     `method` picks the calibrator (see ``calibrate.CALIBRATORS``); `calibration_options` go to it.
     `int8_only`: refuse (``partition.Int8OnlyError``, listing them) any op that would stay on the
     host in float; by default such ops run on the host between int8 regions.
+    `simd`: the kernel implementation compiled in ("avx512vnni", "avx2" or "portable"; default:
+    the fastest this machine runs).
     """
     start = time.perf_counter()
     stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
@@ -97,7 +100,7 @@ def compile_model(
     stages.update()
     calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress, **calibration_options)
     stages.update()
-    executable = build.build(calibrated)
+    executable = build.build(calibrated, simd=simd)
     if output_path is None:
         output_path = os.path.join(tempfile.mkdtemp(prefix="byoc_int8_"), "model.so")
     build.export(executable, output_path)

@@ -220,3 +220,23 @@ def test_generated_entry_point_checks_its_arguments():
             fn(*args)
     fn(good_in, good_out)
     np.testing.assert_array_equal(good_out.numpy(), compiled.run(np.zeros((1, 3, 8, 8), np.float32)))
+
+
+@pytest.mark.parametrize("simd", ["portable", "avx2", "avx512vnni"])
+def test_resnet18_bit_exact_with_every_kernel_implementation(simd):
+    """The generated library equals the integer reference whichever kernels it compiles in."""
+    from byoc_int8.codegen.emit_c import SIMD_FLAGS, cpu_flags
+
+    if not SIMD_FLAGS[simd] <= cpu_flags():
+        pytest.skip(f"this CPU cannot run {simd} code")  # hardware, not missing work
+    spec = BUILTIN_MODELS["resnet18"]
+    model = spec.make()
+    compiled = compile_model(model, spec.calibration_inputs(8), simd=simd)
+    report = evaluate(compiled, model, spec.evaluation_set(2)[0], latency_runs=1, layers=[])
+    assert report["bit_exact"] and report["max_lsb_diff"] == 0
+
+
+def test_unknown_kernel_implementation_is_named():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+    with pytest.raises(Exception, match="unknown kernel implementation 'sse9'"):
+        compile_model(model, np.zeros((2, 3, 8, 8), np.float32), simd="sse9")
