@@ -71,39 +71,48 @@ B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, c
   return B8_OK;
 }
 
-/* Visits a 4-D tensor in NHWC order (index i) alongside its NCHW index j; flat when dims is NULL. */
-#define B8_FOR_NHWC_NCHW(dims, size, BODY)                                                  \
-  do {                                                                                     \
-    if (!(dims)) {                                                                         \
-      for (int64_t i = 0, j = 0; i < (size); ++i, j = i) BODY                              \
-    } else {                                                                               \
-      const int64_t h_ = (dims)->h, w_ = (dims)->w, c_ = (dims)->c, plane_ = h_ * w_;      \
-      int64_t i = 0;                                                                       \
-      for (int64_t n_ = 0; n_ < (dims)->n; ++n_)                                           \
-        for (int64_t y_ = 0; y_ < h_; ++y_)                                                \
-          for (int64_t x_ = 0; x_ < w_; ++x_)                                              \
-            for (int64_t ch_ = 0; ch_ < c_; ++ch_, ++i) {                                  \
-              const int64_t j = (n_ * c_ + ch_) * plane_ + y_ * w_ + x_;                   \
-              BODY                                                                         \
-            }                                                                              \
-    }                                                                                      \
-  } while (0)
-
-B8_API b8_status b8_quantize_f32(float inv_scale, const b8_dims* dims, int32_t size,
-                                 const float* input, int8_t* output) {
+/* float -> int8 of one contiguous run, written every `stride` bytes; returns nonzero on NaN or
+ * infinity. Reads are contiguous (NCHW rows), so the arithmetic vectorizes. */
+static int b8_quantize_run(float inv_scale, int64_t count, const float* input, int8_t* output,
+                           int64_t stride) {
   int bad = 0;
-  B8_FOR_NHWC_NCHW(dims, size, {
-    const float x = input[j];
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = input[i];
     bad |= !(x - x == 0.0f); /* NaN or infinity */
     float v = x * inv_scale;
     v = v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v);
-    output[i] = (int8_t)nearbyintf(v); /* round half to even, as numpy.rint */
-  });
+    output[i * stride] = (int8_t)nearbyintf(v); /* round half to even, as numpy.rint */
+  }
+  return bad;
+}
+
+B8_API b8_status b8_quantize_f32(float inv_scale, const b8_dims* dims, int32_t size,
+                                 const float* input, int8_t* output) {
+  if (!dims) return b8_quantize_run(inv_scale, size, input, output, 1) ? B8_ERROR_ARGUMENT : B8_OK;
+  int bad = 0;
+  const int64_t h = dims->h, w = dims->w, c = dims->c;
+  /* NCHW input, one (n, c, y) row at a time, into NHWC: element x of the row lands x * c further. */
+  for (int64_t n = 0; n < dims->n; ++n)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t y = 0; y < h; ++y)
+        bad |= b8_quantize_run(inv_scale, w, input + ((n * c + ch) * h + y) * w,
+                               output + ((n * h + y) * w) * c + ch, c);
   return bad ? B8_ERROR_ARGUMENT : B8_OK;
 }
 
 B8_API b8_status b8_dequantize_f32(float scale, const b8_dims* dims, int32_t size,
                                    const int8_t* input, float* output) {
-  B8_FOR_NHWC_NCHW(dims, size, { output[j] = (float)input[i] * scale; });
+  if (!dims) {
+    for (int32_t i = 0; i < size; ++i) output[i] = (float)input[i] * scale;
+    return B8_OK;
+  }
+  const int64_t h = dims->h, w = dims->w, c = dims->c;
+  for (int64_t n = 0; n < dims->n; ++n)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t y = 0; y < h; ++y) {
+        const int8_t* in = input + ((n * h + y) * w) * c + ch;
+        float* out = output + ((n * c + ch) * h + y) * w;
+        for (int64_t x = 0; x < w; ++x) out[x] = (float)in[x * c] * scale;
+      }
   return B8_OK;
 }
