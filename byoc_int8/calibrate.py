@@ -173,7 +173,10 @@ def calibrate(
     batches or of single samples. Models with one input only. `options` go to the calibrator
     (e.g. ``percentile=99.9``).
     """
-    input_rank = len(mod["main"].params[0].ty.shape.values)
+    params = mod["main"].params
+    if len(params) != 1:
+        raise ValueError(f"calibration feeds one input; main takes {len(params)}")
+    sample_shape = tuple(int(d) for d in params[0].ty.shape.values)[1:]
     regions = region_functions(mod)
     graphs = {name: extract_graph(name, f) for name, f in regions.items()}
     stats = {name: [make_calibrator(method, **options) for _ in range(g.num_values)] for name, g in graphs.items()}
@@ -193,8 +196,13 @@ def calibrate(
     total = len(samples) if hasattr(samples, "__len__") else None
     for batch in tqdm(samples, desc=f"calibrating ({method})", unit="batch", total=total, disable=not progress):
         batch = np.asarray(batch, dtype=np.float32)
-        if batch.ndim == input_rank - 1:
+        if batch.ndim == len(sample_shape):
             batch = batch[None]
+        if tuple(batch.shape[1:]) != sample_shape:
+            raise ValueError(
+                f"calibration samples of shape {tuple(batch.shape[1:])}, the model's input "
+                f"{params[0].name} takes {sample_shape}"
+            )
         if not np.isfinite(batch).all():
             raise ValueError("calibration data contains NaN or infinity")
         run_partitioned(mod, run_region, [torch.from_numpy(batch)], host.run_torch)

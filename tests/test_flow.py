@@ -124,11 +124,13 @@ def test_model_that_cannot_be_exported_fails_clearly():
         import_model(DataDependent(), (torch.randn(1, 3),))
 
 
-def test_calibration_rejects_nan():
+def test_calibration_rejects_nan_and_wrong_shapes():
     model = BUILTIN_MODELS["resnet18_stem"].make()
     calib = np.full((2, 3, 224, 224), np.nan, np.float32)
     with pytest.raises(ValueError, match="NaN"):
         compile_model(model, calib)
+    with pytest.raises(ValueError, match=r"calibration samples of shape \(3, 200, 224\), the model's input .* takes \(3, 224, 224\)"):
+        compile_model(model, np.zeros((2, 3, 200, 224), np.float32), example_inputs=(torch.zeros(1, 3, 224, 224),))
 
 
 def test_percentile_clips_outliers_that_max_keeps():
