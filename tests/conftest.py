@@ -56,7 +56,7 @@ def ptr(array: np.ndarray, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
 
 
-class Rows(ctypes.Structure):
+class Pixels(ctypes.Structure):
     _fields_ = [("begin", ctypes.c_int32), ("end", ctypes.c_int32)]
 
 

@@ -8,7 +8,7 @@ import pytest
 from byoc_int8 import layout, qarith, reference
 from byoc_int8.graph import Node
 from byoc_int8.quantize import QNode
-from conftest import AddParams, ConvParams, Dims, PoolParams, RequantParams, Rows, ptr
+from conftest import AddParams, ConvParams, Dims, PoolParams, RequantParams, Pixels, ptr
 
 i8, i32 = ctypes.c_int8, ctypes.c_int32
 SEEDS = range(40)
@@ -83,9 +83,9 @@ def test_conv2d(kernels, seed, kind):
             ptr(x, i8))
     filter_dims = ctypes.byref(Dims(*weight.shape))
     tail = (ptr(bias, i32), ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8))
-    # Work split in two row ranges, as two threads would run it.
-    split = int(rng.integers(0, n * oh + 1))
-    for rows in (Rows(0, split), Rows(split, n * oh)):
+    # Work split in two pixel ranges, as two threads would run it.
+    split = int(rng.integers(0, n * oh * ow + 1))
+    for rows in (Pixels(0, split), Pixels(split, n * oh * ow)):
         if kind == "depthwise":
             status = kernels.b8_depthwise_conv2d_s8(*head, filter_dims, ptr(weight, i8), *tail, ctypes.byref(rows))
         else:

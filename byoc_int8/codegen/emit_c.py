@@ -107,7 +107,7 @@ static const int8_t* b8_pack_filter(const b8_dims* filter_dims, int32_t groups, 
   return packed;
 }
 
-/* One convolution, split over TVM's thread pool by output rows. */
+/* One convolution, split over TVM's thread pool in runs of whole 8-pixel tiles. */
 typedef struct {
   const b8_conv_params* conv;
   const b8_requant_params* quant;
@@ -139,19 +139,19 @@ static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
 
 static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_conv_job* job = (const b8_conv_job*)data;
-  const int32_t total = job->output_dims->n * job->output_dims->h;
-  const int32_t share = (total + env->num_task - 1) / env->num_task;
-  b8_rows rows = {task_id * share, (task_id + 1) * share < total ? (task_id + 1) * share : total};
-  if (rows.begin >= rows.end) return 0;
+  const int32_t total = job->output_dims->n * job->output_dims->h * job->output_dims->w;
+  const int32_t share = ((total + env->num_task - 1) / env->num_task + 7) / 8 * 8;
+  b8_pixels pixels = {task_id * share, (task_id + 1) * share < total ? (task_id + 1) * share : total};
+  if (pixels.begin >= pixels.end) return 0;
   if (job->depthwise)
     return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input,
                                   job->filter_dims, job->filter, job->bias, job->output_dims,
-                                  job->output, &rows) == B8_OK ? 0 : -1;
+                                  job->output, &pixels) == B8_OK ? 0 : -1;
   int8_t* scratch = (int8_t*)malloc((size_t)b8_conv2d_s8_scratch_size(job->filter_dims));
   if (!scratch) return -1;
   b8_status status = b8_conv2d_s8(job->conv, job->quant, job->input_dims, job->input,
                                   job->input_nonnegative, job->filter_dims, job->filter, job->bias,
-                                  job->output_dims, job->output, &rows, scratch);
+                                  job->output_dims, job->output, &pixels, scratch);
   free(scratch);
   return status == B8_OK ? 0 : -1;
 }

@@ -105,11 +105,11 @@ B8_INLINE int8_t b8_clamp_s8(int64_t value, int32_t lo, int32_t hi) {
   return (int8_t)(value < lo ? lo : (value > hi ? hi : value));
 }
 
-/* A share of a kernel's work for one thread: output rows [begin, end), rows counted over the
- * batch (row = n * output_h + y). NULL means all rows. */
+/* A share of a kernel's work for one thread: output pixels [begin, end), counted over the batch
+ * in NHWC order (pixel = (n * output_h + y) * output_w + x). NULL means all pixels. */
 typedef struct {
   int32_t begin, end;
-} b8_rows;
+} b8_pixels;
 
 /* 2-D convolution (grouped or not), fused bias + requantization + activation clamp.
  * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups), OHWI; the kernel
@@ -126,7 +126,7 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const b8_dims* input_dims, const int8_t* input,
                               int32_t input_nonnegative, const b8_dims* filter_dims,
                               const int8_t* packed_filter, const int32_t* bias,
-                              const b8_dims* output_dims, int8_t* output, const b8_rows* rows,
+                              const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
                               int8_t* scratch);
 
 /* Depthwise convolution: output channel o reads input channel o / multiplier only, with
@@ -136,7 +136,7 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
                                         const b8_dims* input_dims, const int8_t* input,
                                         const b8_dims* filter_dims, const int8_t* filter,
                                         const int32_t* bias, const b8_dims* output_dims,
-                                        int8_t* output, const b8_rows* rows);
+                                        int8_t* output, const b8_pixels* pixels);
 
 /* Max pooling; padded positions never win. The output keeps the input's scale. */
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,

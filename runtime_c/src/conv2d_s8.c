@@ -9,7 +9,7 @@
  *    that may be negative go through the sign trick (|a| times b with a's sign), so the unsigned
  *    operand is at most 128 and a pair of products (at most 2 x 128 x 127 = 32512) cannot
  *    saturate int16: the result is exact, bit for bit the portable one.
- *  - AVX-512 VNNI (groups = 1): the same scheme on 4 pixels x 32 channels, with vpdpbusd doing
+ *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
  *    multiply, pairwise sums and accumulation in one exact instruction.
  */
 #include <string.h>
@@ -24,10 +24,12 @@ static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
   return acc;
 }
 
-/* The output rows this call computes. */
-static void b8_row_range(const b8_rows* rows, int32_t total, int32_t* begin, int32_t* end) {
-  *begin = rows ? (rows->begin < 0 ? 0 : rows->begin) : 0;
-  *end = rows ? (rows->end > total ? total : rows->end) : total;
+/* The output pixels this call computes. */
+static void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dims, int64_t* begin,
+                           int64_t* end) {
+  const int64_t total = (int64_t)output_dims->n * output_dims->h * output_dims->w;
+  *begin = pixels ? (pixels->begin < 0 ? 0 : pixels->begin) : 0;
+  *end = pixels ? (pixels->end > total ? total : pixels->end) : total;
 }
 
 /* Gathers the receptive field of output pixel (oy, ox) for one group into `row` (patch bytes);
@@ -79,17 +81,18 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
                                        const b8_dims* input_dims, const int8_t* input,
                                        const b8_dims* filter_dims, const int8_t* filter,
                                        const int32_t* bias, const b8_dims* output_dims,
-                                       int8_t* output, const b8_rows* rows, int8_t* scratch) {
+                                       int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   const int32_t groups = conv->groups, group_in = filter_dims->c, group_out = out_c / groups;
   const int32_t patch = filter_dims->h * filter_dims->w * group_in;
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
-  int32_t begin, end;
-  b8_row_range(rows, input_dims->n * out_h, &begin, &end);
-  for (int32_t row = begin; row < end; ++row) {
-    const int32_t n = row / out_h, oy = row % out_h;
-    for (int32_t ox = 0; ox < out_w; ++ox) {
-      int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox) * out_c;
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
+  for (int64_t pixel = begin; pixel < end; ++pixel) {
+    const int32_t n = (int32_t)(pixel / ((int64_t)out_h * out_w));
+    const int32_t oy = (int32_t)(pixel / out_w % out_h), ox = (int32_t)(pixel % out_w);
+    {
+      int8_t* out = output + pixel * out_c;
       for (int32_t g = 0; g < groups; ++g) {
         b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox, g * group_in,
                         scratch);
@@ -213,26 +216,25 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                                    int32_t input_nonnegative, const b8_dims* filter_dims,
                                    const int8_t* packed, const int32_t* bias,
                                    const b8_dims* output_dims, int8_t* output,
-                                   const b8_rows* rows, int8_t* scratch) {
+                                   const b8_pixels* pixels, int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
   const int32_t depth = b8_round_up(patch, 4);
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
-  int32_t begin, end;
-  b8_row_range(rows, input_dims->n * out_h, &begin, &end);
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
   memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
   int vector_epilogue = out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const __m256i thirty_one = _mm256_set1_epi32(31);
-  /* Tiles run over the output pixels of the rows in order, across row ends (a 7-wide output
-   * would otherwise waste an eighth of every tile). */
-  const int64_t last = (int64_t)end * out_w;
-  for (int64_t first = (int64_t)begin * out_w; first < last; first += B8_TILE_PIXELS) {
-    const int32_t pixels = last - first < B8_TILE_PIXELS ? (int32_t)(last - first) : B8_TILE_PIXELS;
-    for (int32_t p = 0; p < pixels; ++p) {
+  /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
+   * waste part of every tile). */
+  for (int64_t first = begin; first < end; first += B8_TILE_PIXELS) {
+    const int32_t count = end - first < B8_TILE_PIXELS ? (int32_t)(end - first) : B8_TILE_PIXELS;
+    for (int32_t p = 0; p < count; ++p) {
       const int64_t pixel = first + p, row = pixel / out_w;
       b8_gather_patch(conv, input_dims, input + (row / out_h) * image_size, filter_dims,
                       (int32_t)(row % out_h), (int32_t)(pixel % out_w), 0, scratch + p * depth);
@@ -251,7 +253,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31),
                                                    _mm512_loadu_si512((const void*)(quant->shift + oc)));
             const __m512i b = bias ? _mm512_loadu_si512((const void*)(bias + oc)) : _mm512_setzero_si512();
-            for (int32_t p = 0; p < pixels; ++p) {
+            for (int32_t p = 0; p < count; ++p) {
               const __m512i sum = _mm512_add_epi32(_mm512_loadu_si512((const void*)(acc[p] + half)), b);
               b8_store_s8x16(out + (int64_t)p * out_c + oc, b8_requantize_x16(sum, mult, right), lo16, hi16);
             }
@@ -267,14 +269,14 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                 thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
             const __m256i b = bias ? _mm256_loadu_si256((const __m256i*)(bias + oc))
                                    : _mm256_setzero_si256();
-            for (int32_t p = 0; p < pixels; ++p) {
+            for (int32_t p = 0; p < count; ++p) {
               const __m256i sum = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc[p] + half)), b);
               b8_store_s8x8(out + (int64_t)p * out_c + oc, b8_requantize_x8(sum, mult, right), lo, hi);
             }
           }
           continue;
         }
-        for (int32_t p = 0; p < pixels; ++p) {
+        for (int32_t p = 0; p < count; ++p) {
           for (int32_t c = 0; c < channels; ++c) {
             const int32_t oc = oc0 + c;
             const int32_t sum = acc[p][c] + (bias ? bias[oc] : 0);
@@ -333,24 +335,24 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const b8_dims* input_dims, const int8_t* input,
                               int32_t input_nonnegative, const b8_dims* filter_dims,
                               const int8_t* packed_filter, const int32_t* bias,
-                              const b8_dims* output_dims, int8_t* output, const b8_rows* rows,
+                              const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
                               int8_t* scratch) {
   if (b8_conv2d_check(conv, input_dims, filter_dims, output_dims) != B8_OK) return B8_ERROR_ARGUMENT;
 #if B8_USE_AVX2
   if (conv->groups == 1)
     return b8_conv2d_s8_avx2(conv, quant, input_dims, input, input_nonnegative, filter_dims,
-                             packed_filter, bias, output_dims, output, rows, scratch);
+                             packed_filter, bias, output_dims, output, pixels, scratch);
 #endif
   (void)input_nonnegative;
   return b8_conv2d_s8_portable(conv, quant, input_dims, input, filter_dims, packed_filter, bias,
-                               output_dims, output, rows, scratch);
+                               output_dims, output, pixels, scratch);
 }
 
 B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
                                         const b8_dims* input_dims, const int8_t* input,
                                         const b8_dims* filter_dims, const int8_t* filter,
                                         const int32_t* bias, const b8_dims* output_dims,
-                                        int8_t* output, const b8_rows* rows) {
+                                        int8_t* output, const b8_pixels* pixels) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, in_c = input_dims->c;
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   if (in_c < 1 || out_c % in_c || filter_dims->c != out_c || filter_dims->n != 1 ||
@@ -359,13 +361,14 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
     return B8_ERROR_ARGUMENT;
   }
   const int32_t multiplier = out_c / in_c;
-  int32_t begin, end;
-  b8_row_range(rows, input_dims->n * out_h, &begin, &end);
-  for (int32_t row = begin; row < end; ++row) {
-    const int32_t n = row / out_h, oy = row % out_h;
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
+  for (int64_t pixel = begin; pixel < end; ++pixel) {
+    const int32_t n = (int32_t)(pixel / ((int64_t)out_h * out_w));
+    const int32_t oy = (int32_t)(pixel / out_w % out_h), ox = (int32_t)(pixel % out_w);
     const int8_t* image = input + (int64_t)n * in_h * in_w * in_c;
-    for (int32_t ox = 0; ox < out_w; ++ox) {
-      int8_t* out = output + (((int64_t)n * out_h + oy) * out_w + ox) * out_c;
+    {
+      int8_t* out = output + pixel * out_c;
       for (int32_t oc = 0; oc < out_c; ++oc) {
         int32_t acc = bias ? bias[oc] : 0;
         for (int32_t ky = 0; ky < filter_dims->h; ++ky) {

@@ -57,8 +57,8 @@ static void test_conv2d_padding_and_stride(void) {
   const b8_dims bad_filter = {1, 2, 2, 2};
   EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &bad_filter, packed, bias, &out_dims,
                          output, NULL, scratch), B8_ERROR_ARGUMENT);
-  /* Only the rows asked for are written. */
-  const b8_rows second_row = {1, 2};
+  /* Only the pixels asked for are written: the second output row. */
+  const b8_pixels second_row = {2, 4};
   int8_t partial[4] = {0, 0, 0, 0};
   EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &filter_dims, packed, bias, &out_dims,
                          partial, &second_row, scratch), B8_OK);
