@@ -18,6 +18,7 @@ import os
 os.environ.setdefault("TVM_NUM_THREADS", "2")  # TVM's pool sizes itself once; threads are set per run below
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -38,13 +39,19 @@ AVX2_PEAK_GMAC_PER_CORE = 97.0
 
 
 def median_ms(run: Callable[[], object], runs: int) -> float:
+    """Median wall time after warm-up, with Python's garbage collector paused (as timeit does),
+    so that no system pays for collections the others triggered."""
     for _ in range(5):
         run()
     times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
+    gc.disable()
+    try:
+        for _ in range(runs):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
     return 1e3 * statistics.median(times)
 
 

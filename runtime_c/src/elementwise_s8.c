@@ -18,6 +18,20 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
     const __m256i ro = _mm256_set1_epi32(31 - params->output_shift);
     const __m256i lo = _mm256_set1_epi32(params->act_min), hi = _mm256_set1_epi32(params->act_max);
     const __m128i left = _mm_cvtsi32_si128(params->left_shift);
+#if B8_USE_AVX512VNNI
+    const __m512i m1x = _mm512_set1_epi32(params->input1_multiplier);
+    const __m512i m2x = _mm512_set1_epi32(params->input2_multiplier);
+    const __m512i mox = _mm512_set1_epi32(params->output_multiplier);
+    const __m512i r1x = _mm512_set1_epi32(31 - params->input1_shift);
+    const __m512i r2x = _mm512_set1_epi32(31 - params->input2_shift);
+    const __m512i rox = _mm512_set1_epi32(31 - params->output_shift);
+    const __m512i lox = _mm512_set1_epi32(params->act_min), hix = _mm512_set1_epi32(params->act_max);
+    for (; i + 16 <= size; i += 16) {
+      const __m512i a = b8_requantize_x16(_mm512_sll_epi32(b8_load_s8x16(input1 + i), left), m1x, r1x);
+      const __m512i b = b8_requantize_x16(_mm512_sll_epi32(b8_load_s8x16(input2 + i), left), m2x, r2x);
+      b8_store_s8x16(output + i, b8_requantize_x16(_mm512_add_epi32(a, b), mox, rox), lox, hix);
+    }
+#endif
     for (; i + 8 <= size; i += 8) {
       const __m256i a = b8_requantize_x8(_mm256_sll_epi32(b8_load_s8x8(input1 + i), left), m1, r1);
       const __m256i b = b8_requantize_x8(_mm256_sll_epi32(b8_load_s8x8(input2 + i), left), m2, r2);

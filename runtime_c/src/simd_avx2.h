@@ -60,6 +60,11 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
   return _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
 }
 
+/* 16 int8 values widened to int32 lanes. */
+B8_INLINE __m512i b8_load_s8x16(const int8_t* in) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)in));
+}
+
 /* Clamps 16 int32 lanes and stores them as 16 int8. */
 B8_INLINE void b8_store_s8x16(int8_t* out, __m512i v, __m512i lo, __m512i hi) {
   v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
