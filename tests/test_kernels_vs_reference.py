@@ -125,11 +125,14 @@ def test_max_pool2d(kernels, seed):
     node = Node("max_pool2d", [0], 1, {"pool_size": [kh, kw], "strides": [sh, sw], "padding": pad, "dilation": [1, 1]})
     expected = reference.max_pool2d(x, QNode(node), (n, c, oh, ow))
     out = np.zeros((n, oh, ow, c), np.int8)
-    status = kernels.b8_max_pool2d_s8(
-        ctypes.byref(PoolParams(kh, kw, sh, sw, pad[0], pad[1], 1, 1)),
-        ctypes.byref(Dims(n, h, w, c)), ptr(x, i8), ctypes.byref(Dims(n, oh, ow, c)), ptr(out, i8),
-    )
-    assert status == 0
+    split = int(rng.integers(0, n * oh * ow + 1))  # two threads' shares
+    for share in (Pixels(0, split), Pixels(split, n * oh * ow)):
+        status = kernels.b8_max_pool2d_s8(
+            ctypes.byref(PoolParams(kh, kw, sh, sw, pad[0], pad[1], 1, 1)),
+            ctypes.byref(Dims(n, h, w, c)), ptr(x, i8), ctypes.byref(Dims(n, oh, ow, c)), ptr(out, i8),
+            ctypes.byref(share),
+        )
+        assert status == 0
     np.testing.assert_array_equal(out, expected)
 
 

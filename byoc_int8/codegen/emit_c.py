@@ -137,11 +137,33 @@ static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
                    job->output + begin) == B8_OK ? 0 : -1;
 }
 
+/* The share of `total` output pixels for one task: whole 8-pixel tiles. */
+static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
+  const int32_t share = ((total + num_task - 1) / num_task + 7) / 8 * 8;
+  b8_pixels pixels = {task_id * share, (task_id + 1) * share < total ? (task_id + 1) * share : total};
+  return pixels;
+}
+
+/* One max pool, split over the pool by output pixels. */
+typedef struct {
+  const b8_pool_params* pool;
+  const b8_dims *input_dims, *output_dims;
+  const int8_t* input;
+  int8_t* output;
+} b8_max_pool_job;
+
+static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  const b8_max_pool_job* job = (const b8_max_pool_job*)data;
+  const b8_dims* out = job->output_dims;
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
+  if (pixels.begin >= pixels.end) return 0;
+  return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, out, job->output, &pixels) == B8_OK ? 0 : -1;
+}
+
 static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_conv_job* job = (const b8_conv_job*)data;
-  const int32_t total = job->output_dims->n * job->output_dims->h * job->output_dims->w;
-  const int32_t share = ((total + env->num_task - 1) / env->num_task + 7) / 8 * 8;
-  b8_pixels pixels = {task_id * share, (task_id + 1) * share < total ? (task_id + 1) * share : total};
+  const b8_dims* out = job->output_dims;
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
   if (pixels.begin >= pixels.end) return 0;
   if (job->depthwise)
     return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input,
@@ -403,7 +425,11 @@ class RegionEmitter:
                 f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
             ]
             if qn.op == "max_pool2d":
-                self._call(label, f"b8_max_pool2d_s8(&pp, &in_dims, {src}, &out_dims, {dst})")
+                self.body += [
+                    f"    b8_max_pool_job job = {{&pp, &in_dims, &out_dims, {src}, {dst}}};",
+                    f"    if (TVMBackendParallelLaunch(b8_max_pool_task, &job, 0) != 0) "
+                    f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");',
+                ]
             else:
                 m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
                 s = self._const(f"{tag}_shift", "int32_t", p["shift"])

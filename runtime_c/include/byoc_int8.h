@@ -138,10 +138,11 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
                                         const int32_t* bias, const b8_dims* output_dims,
                                         int8_t* output, const b8_pixels* pixels);
 
-/* Max pooling; padded positions never win. The output keeps the input's scale. */
+/* Max pooling over `pixels` (NULL: all); padded positions never win. The output keeps the input's
+ * scale. */
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
                                   const int8_t* input, const b8_dims* output_dims,
-                                  int8_t* output);
+                                  int8_t* output, const b8_pixels* pixels);
 
 /* Average pooling: the int32 sum of each window is requantized with the (multiplier, shift) pair
  * for the window's divisor (index 1 .. kernel_h * kernel_w; the factors fold in 1 / divisor and

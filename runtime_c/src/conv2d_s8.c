@@ -16,20 +16,12 @@
 
 #include "byoc_int8.h"
 
-#include "simd_avx2.h"
+#include "internal.h"
 
 static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
   int32_t acc = 0;
   for (int32_t i = 0; i < length; ++i) acc += (int32_t)a[i] * (int32_t)b[i];
   return acc;
-}
-
-/* The output pixels this call computes. */
-static void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dims, int64_t* begin,
-                           int64_t* end) {
-  const int64_t total = (int64_t)output_dims->n * output_dims->h * output_dims->w;
-  *begin = pixels ? (pixels->begin < 0 ? 0 : pixels->begin) : 0;
-  *end = pixels ? (pixels->end > total ? total : pixels->end) : total;
 }
 
 /* Gathers the receptive field of output pixel (oy, ox) for one group into `row` (patch bytes);

@@ -1,6 +1,6 @@
 /* Elementwise kernels: add with rescaling of both inputs, clip. */
 #include "byoc_int8.h"
-#include "simd_avx2.h"
+#include "internal.h"
 
 B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
                            const int8_t* input2, int8_t* output) {

@@ -1,19 +1,24 @@
 /* Pooling, NHWC int8. */
 #include "byoc_int8.h"
+#include "internal.h"
 
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
                                   const int8_t* input, const b8_dims* output_dims,
-                                  int8_t* output) {
+                                  int8_t* output, const b8_pixels* pixels) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
   if (output_dims->c != c || output_dims->n != input_dims->n || pool->stride_h < 1 ||
       pool->stride_w < 1 || pool->kernel_h < 1 || pool->kernel_w < 1) {
     return B8_ERROR_ARGUMENT;
   }
-  for (int32_t n = 0; n < input_dims->n; ++n) {
-    const int8_t* image = input + (int64_t)n * in_h * in_w * c;
-    for (int32_t oy = 0; oy < output_dims->h; ++oy) {
-      for (int32_t ox = 0; ox < output_dims->w; ++ox) {
-        int8_t* out = output + (((int64_t)n * output_dims->h + oy) * output_dims->w + ox) * c;
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
+  const int64_t out_w = output_dims->w, out_plane = (int64_t)output_dims->h * out_w;
+  for (int64_t index = begin; index < end; ++index) {
+    const int8_t* image = input + index / out_plane * in_h * in_w * c;
+    const int32_t oy = (int32_t)(index % out_plane / out_w), ox = (int32_t)(index % out_w);
+    {
+      {
+        int8_t* out = output + index * c;
         for (int32_t ch = 0; ch < c; ++ch) out[ch] = INT8_MIN;
         int32_t seen = 0;
         for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {

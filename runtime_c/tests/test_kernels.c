@@ -71,7 +71,7 @@ static void test_max_pool_ignores_padding(void) {
   const b8_pool_params pool = {2, 2, 2, 2, 1, 1, 1, 1};
   const b8_dims in_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
   int8_t output[4];
-  EXPECT_EQ(b8_max_pool2d_s8(&pool, &in_dims, input, &out_dims, output), B8_OK);
+  EXPECT_EQ(b8_max_pool2d_s8(&pool, &in_dims, input, &out_dims, output, NULL), B8_OK);
   EXPECT_EQ(output[0], -100);
   EXPECT_EQ(output[1], -90);
   EXPECT_EQ(output[2], -80);

@@ -1,10 +1,18 @@
-/* AVX2 helpers shared by the kernels (private to runtime_c: not part of the kernel interface). */
-#ifndef BYOC_INT8_SIMD_AVX2_H_
-#define BYOC_INT8_SIMD_AVX2_H_
+/* Helpers shared by the kernels (private to runtime_c: not part of the kernel interface). */
+#ifndef BYOC_INT8_INTERNAL_H_
+#define BYOC_INT8_INTERNAL_H_
 
 #include <string.h>
 
 #include "byoc_int8.h"
+
+/* The output pixels a call computes (a thread's share, or all of them). */
+B8_INLINE void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dims, int64_t* begin,
+                              int64_t* end) {
+  const int64_t total = (int64_t)output_dims->n * output_dims->h * output_dims->w;
+  *begin = pixels ? (pixels->begin < 0 ? 0 : pixels->begin) : 0;
+  *end = pixels ? (pixels->end > total ? total : pixels->end) : total;
+}
 
 #if B8_USE_AVX2
 #include <immintrin.h>
@@ -73,4 +81,4 @@ B8_INLINE void b8_store_s8x16(int8_t* out, __m512i v, __m512i lo, __m512i hi) {
 #endif /* B8_USE_AVX512VNNI */
 #endif /* B8_USE_AVX2 */
 
-#endif /* BYOC_INT8_SIMD_AVX2_H_ */
+#endif /* BYOC_INT8_INTERNAL_H_ */
