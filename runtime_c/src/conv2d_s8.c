@@ -106,6 +106,7 @@ enum { B8_TILE_PIXELS = 8, B8_TILE_CHANNELS = 32 };
 #else
 enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 #endif
+enum { B8_MAX_SEGMENTS = 16 }; /* kernel rows read in place; taller kernels gather */
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -115,9 +116,10 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
  * `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
 #if B8_USE_AVX512VNNI
 /* acc[p][oc] for 8 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors of
- * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers). */
-static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
-                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+ * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers).
+ * Each pixel's patch is read as `segments` runs of `run` bytes: segment[s][p] is pixel p's run s. */
+static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                    const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
   const __m512i zero = _mm512_setzero_si512();
   __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero;
   __m512i a30 = zero, a31 = zero, a40 = zero, a41 = zero, a50 = zero, a51 = zero;
@@ -125,7 +127,7 @@ static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int n
 #define B8_STEP(pixel, acc0, acc1)                                                   \
   do {                                                                               \
     int32_t quad;                                                                    \
-    memcpy(&quad, patches + (pixel) * depth + k, 4);                                 \
+    memcpy(&quad, (pixel) + k, 4);                                                  \
     __m512i x = _mm512_set1_epi32(quad), v0 = w0, v1 = w1;                           \
     if (!nonnegative) { /* |x| times w with x's sign: vpdpbusd takes x unsigned */   \
       const __mmask64 negative = _mm512_movepi8_mask(x);                             \
@@ -136,17 +138,20 @@ static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int n
     acc0 = _mm512_dpbusd_epi32(acc0, x, v0);                                         \
     acc1 = _mm512_dpbusd_epi32(acc1, x, v1);                                         \
   } while (0)
-  for (int32_t k = 0; k < depth; k += 4, w += 128) {
-    const __m512i w0 = _mm512_loadu_si512((const void*)w);
-    const __m512i w1 = _mm512_loadu_si512((const void*)(w + 64));
-    B8_STEP(0, a00, a01);
-    B8_STEP(1, a10, a11);
-    B8_STEP(2, a20, a21);
-    B8_STEP(3, a30, a31);
-    B8_STEP(4, a40, a41);
-    B8_STEP(5, a50, a51);
-    B8_STEP(6, a60, a61);
-    B8_STEP(7, a70, a71);
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t* const* px = segment[s];
+    for (int32_t k = 0; k < run; k += 4, w += 128) {
+      const __m512i w0 = _mm512_loadu_si512((const void*)w);
+      const __m512i w1 = _mm512_loadu_si512((const void*)(w + 64));
+      B8_STEP(px[0], a00, a01);
+      B8_STEP(px[1], a10, a11);
+      B8_STEP(px[2], a20, a21);
+      B8_STEP(px[3], a30, a31);
+      B8_STEP(px[4], a40, a41);
+      B8_STEP(px[5], a50, a51);
+      B8_STEP(px[6], a60, a61);
+      B8_STEP(px[7], a70, a71);
+    }
   }
 #undef B8_STEP
 #define B8_SAVE(pixel, acc0, acc1)                           \
@@ -163,12 +168,11 @@ static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int n
 #undef B8_SAVE
 }
 #else
-static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int nonnegative,
-                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                    const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
   __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-  const int8_t *p0 = patches, *p1 = p0 + depth, *p2 = p1 + depth, *p3 = p2 + depth;
 #define B8_STEP(pixel, acc0, acc1)                                                        \
   do {                                                                                    \
     int32_t quad;                                                                         \
@@ -182,13 +186,16 @@ static void b8_tile(const int8_t* patches, int32_t depth, const int8_t* w, int n
     acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, v0), ones));  \
     acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, v1), ones));  \
   } while (0)
-  for (int32_t k = 0; k < depth; k += 4, w += 64) {
-    const __m256i w0 = _mm256_loadu_si256((const __m256i*)w);
-    const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + 32));
-    B8_STEP(p0, a00, a01);
-    B8_STEP(p1, a10, a11);
-    B8_STEP(p2, a20, a21);
-    B8_STEP(p3, a30, a31);
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t *p0 = segment[s][0], *p1 = segment[s][1], *p2 = segment[s][2], *p3 = segment[s][3];
+    for (int32_t k = 0; k < run; k += 4, w += 64) {
+      const __m256i w0 = _mm256_loadu_si256((const __m256i*)w);
+      const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + 32));
+      B8_STEP(p0, a00, a01);
+      B8_STEP(p1, a10, a11);
+      B8_STEP(p2, a20, a21);
+      B8_STEP(p3, a30, a31);
+    }
   }
 #undef B8_STEP
   /* Lanes hold channels in packing order: each 256-bit half is 8 channels of 4 bytes. */
@@ -216,7 +223,17 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
-  memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
+  /* Scratch: a tile of gathered patches, then `depth` zero bytes read in place of padding rows. */
+  memset(scratch, 0, (size_t)(B8_TILE_PIXELS + 1) * depth);
+  const int8_t* zeros = scratch + B8_TILE_PIXELS * depth;
+  /* Without dilation, each kernel row of a pixel whose window lies inside the input horizontally
+   * is one contiguous run of k_w * c input bytes: the tile reads those in place instead of a
+   * copied patch (runs must be whole 4-byte steps). */
+  const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
+  const int32_t run = k_w * in_c;
+  const int in_place = conv->dilation_w == 1 && run % 4 == 0 && k_h <= B8_MAX_SEGMENTS;
+  const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? run : depth;
+  const int8_t* segment[B8_MAX_SEGMENTS][B8_TILE_PIXELS];
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
   int vector_epilogue = out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
@@ -226,15 +243,31 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * waste part of every tile). */
   for (int64_t first = begin; first < end; first += B8_TILE_PIXELS) {
     const int32_t count = end - first < B8_TILE_PIXELS ? (int32_t)(end - first) : B8_TILE_PIXELS;
-    for (int32_t p = 0; p < count; ++p) {
+    for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
+      if (p >= count) { /* past the last pixel: any readable bytes do */
+        for (int32_t s = 0; s < segments; ++s) segment[s][p] = zeros;
+        continue;
+      }
       const int64_t pixel = first + p, row = pixel / out_w;
-      b8_gather_patch(conv, input_dims, input + (row / out_h) * image_size, filter_dims,
-                      (int32_t)(row % out_h), (int32_t)(pixel % out_w), 0, scratch + p * depth);
+      const int32_t oy = (int32_t)(row % out_h), ox = (int32_t)(pixel % out_w);
+      const int8_t* image = input + (row / out_h) * image_size;
+      const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
+      if (in_place && ix0 >= 0 && ix0 + k_w <= in_w) {
+        for (int32_t ky = 0; ky < k_h; ++ky) {
+          const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
+          segment[ky][p] = iy < 0 || iy >= input_dims->h ? zeros
+                                                         : image + ((int64_t)iy * in_w + ix0) * in_c;
+        }
+      } else {
+        int8_t* patch = scratch + p * depth;
+        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, patch);
+        for (int32_t s = 0; s < segments; ++s) segment[s][p] = patch + s * seg_len;
+      }
     }
     {
       int8_t* out = output + first * out_c;
       for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
-        b8_tile(scratch, depth, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
+        b8_tile(segment, segments, seg_len, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
         const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
 #if B8_USE_AVX512VNNI
         if (vector_epilogue && channels % 16 == 0) {
@@ -287,7 +320,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  return B8_TILE_PIXELS * b8_round_up(patch, 4); /* a tile of patches */
+  return (B8_TILE_PIXELS + 1) * b8_round_up(patch, 4); /* a tile of patches and a zero run */
 #else
   return patch;
 #endif
