@@ -69,9 +69,10 @@ def _act_range(node: Node, scale: float) -> tuple[int, int]:
     return qarith.clamp_bounds(node.attrs.get("clip"), scale)
 
 
-# Largest dot-product length: |int8 x int8| < 2^14, so 2^16 terms keep the int32 accumulator,
-# plus a bias below 2^30, clear of overflow.
-MAX_PATCH = 1 << 16
+# Largest dot-product length: with |int8 x int8| <= 2^14 and a bias below 2^30, 2^15 terms keep
+# the int32 accumulator clear of overflow, also for the AVX-512 VNNI kernels, which accumulate
+# (a + 128) x w for signed activations (at most 255 x 127 x 2^15 < 2^31).
+MAX_PATCH = 1 << 15
 
 
 def _weighted(node: Node, s_in: float, s_out: float) -> dict:

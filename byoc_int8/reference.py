@@ -7,8 +7,8 @@ the integer steps (requantization, clamps, boundary conversions) come from :mod:
 Layout: 4-D activations are NHWC, as in the C kernels.
 
 Exactness: convolution and dense accumulate int8 x int8 products in float64 so that numpy can
-use BLAS. Each product is below 2^14 in magnitude and a patch holds at most 2^16 of them (the
-quantizer refuses more), so every partial sum is an integer below 2^30 < 2^53 and the float64
+use BLAS. Each product is at most 2^14 in magnitude and a patch holds at most 2^15 of them (the
+quantizer refuses more), so every partial sum is an integer below 2^29 < 2^53 and the float64
 result is the exact int32 accumulator, whatever the summation order.
 """
 

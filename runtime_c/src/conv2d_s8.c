@@ -10,7 +10,9 @@
  *    operand is at most 128 and a pair of products (at most 2 x 128 x 127 = 32512) cannot
  *    saturate int16: the result is exact, bit for bit the portable one.
  *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
- *    multiply, pairwise sums and accumulation in one exact instruction.
+ *    multiply, pairwise sums and accumulation in one exact instruction. Signed activations use
+ *    an offset instead of the sign trick: (a + 128) times b, minus 128 x the channel's weight
+ *    sum (stored after the packed filter), exact while the patch is at most 2^15 bytes.
  */
 #include <string.h>
 
@@ -120,7 +122,7 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
  * Each pixel's patch is read as `segments` runs of `run` bytes: segment[s][p] is pixel p's run s. */
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
                     const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
-  const __m512i zero = _mm512_setzero_si512();
+  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8((char)0x80);
   __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero;
   __m512i a30 = zero, a31 = zero, a40 = zero, a41 = zero, a50 = zero, a51 = zero;
   __m512i a60 = zero, a61 = zero, a70 = zero, a71 = zero;
@@ -128,15 +130,10 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
   do {                                                                               \
     int32_t quad;                                                                    \
     memcpy(&quad, (pixel) + k, 4);                                                  \
-    __m512i x = _mm512_set1_epi32(quad), v0 = w0, v1 = w1;                           \
-    if (!nonnegative) { /* |x| times w with x's sign: vpdpbusd takes x unsigned */   \
-      const __mmask64 negative = _mm512_movepi8_mask(x);                             \
-      v0 = _mm512_mask_sub_epi8(w0, negative, zero, w0);                             \
-      v1 = _mm512_mask_sub_epi8(w1, negative, zero, w1);                             \
-      x = _mm512_abs_epi8(x);                                                        \
-    }                                                                                \
-    acc0 = _mm512_dpbusd_epi32(acc0, x, v0);                                         \
-    acc1 = _mm512_dpbusd_epi32(acc1, x, v1);                                         \
+    __m512i x = _mm512_set1_epi32(quad);                                             \
+    if (!nonnegative) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */   \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                         \
+    acc1 = _mm512_dpbusd_epi32(acc1, x, w1);                                         \
   } while (0)
   for (int32_t s = 0; s < segments; ++s) {
     const int8_t* const* px = segment[s];
@@ -234,6 +231,16 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int in_place = conv->dilation_w == 1 && run % 4 == 0 && k_h <= B8_MAX_SEGMENTS;
   const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? run : depth;
   const int8_t* segment[B8_MAX_SEGMENTS][B8_TILE_PIXELS];
+#if B8_USE_AVX512VNNI
+  /* Signed inputs: fold the offset correction (-128 x weight sum) into the bias, kept in scratch. */
+  if (!input_nonnegative) {
+    const int32_t blocks = b8_round_up(out_c, B8_TILE_CHANNELS) / B8_TILE_CHANNELS;
+    const int32_t* sums = (const int32_t*)(packed + (int64_t)blocks * B8_TILE_CHANNELS * depth);
+    int32_t* adjusted = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
+    for (int32_t oc = 0; oc < out_c; ++oc) adjusted[oc] = (bias ? bias[oc] : 0) - 128 * sums[oc];
+    bias = adjusted;
+  }
+#endif
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
   int vector_epilogue = out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
@@ -320,7 +327,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  return (B8_TILE_PIXELS + 1) * b8_round_up(patch, 4); /* a tile of patches and a zero run */
+  /* A tile of patches, a run of zeros, and (VNNI) the offset-corrected bias. */
+  return (B8_TILE_PIXELS + 1) * b8_round_up(patch, 4) +
+         4 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 #else
   return patch;
 #endif
@@ -329,7 +338,9 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  if (groups == 1) return b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_round_up(patch, 4);
+  /* The blocked filter, then one int32 weight sum per (padded) output channel. */
+  const int32_t channels = b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
+  if (groups == 1) return channels * b8_round_up(patch, 4) + channels * 4;
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -349,6 +360,12 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
       for (int32_t k = 0; k < patch; ++k)
         packed[(((int64_t)(oc / t) * (depth / 4) + k / 4) * t + oc % t) * 4 + k % 4] =
             filter[(int64_t)oc * patch + k];
+    int32_t* sums = (int32_t*)(packed + (int64_t)blocks * t * depth);
+    for (int32_t oc = 0; oc < blocks * t; ++oc) {
+      int32_t sum = 0;
+      for (int32_t k = 0; oc < filter_dims->n && k < patch; ++k) sum += filter[(int64_t)oc * patch + k];
+      sums[oc] = sum;
+    }
     return;
   }
 #endif
@@ -363,6 +380,11 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
                               int8_t* scratch) {
   if (b8_conv2d_check(conv, input_dims, filter_dims, output_dims) != B8_OK) return B8_ERROR_ARGUMENT;
+#if B8_USE_AVX512VNNI
+  /* The offset for signed inputs is exact for patches up to 2^15 bytes (the quantizer's limit). */
+  if (!input_nonnegative && filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15))
+    return B8_ERROR_ARGUMENT;
+#endif
 #if B8_USE_AVX2
   if (conv->groups == 1)
     return b8_conv2d_s8_avx2(conv, quant, input_dims, input, input_nonnegative, filter_dims,
