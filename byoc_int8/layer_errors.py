@@ -16,7 +16,6 @@ from . import layout, qarith, reference
 from .graph import extract_graph, run_float
 from .host import HostOpRunner
 from .partition import REGION_PREFIX, region_functions, run_partitioned
-from .quantize import quantized_region
 
 _HISTOGRAM_SAMPLES = 1 << 17
 
@@ -57,7 +56,7 @@ def layer_errors(mod, inputs: np.ndarray) -> list[LayerError]:
     """Per-value quantization error of a calibrated, partitioned module on `inputs` (axis 0)."""
     regions = region_functions(mod)
     graphs = {name: extract_graph(name, f) for name, f in regions.items()}
-    qgraphs = {name: quantized_region(name, f) for name, f in regions.items()}
+    qgraphs = reference.quantized_regions(mod)
     float_values: dict[str, dict[int, np.ndarray]] = {}
     int8_values: dict[str, dict[int, np.ndarray]] = {}
 

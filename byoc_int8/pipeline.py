@@ -44,6 +44,7 @@ class CompiledModel:
     compile_seconds: float
     _vm: object = field(default=None, repr=False)
     _host: HostOpRunner = field(default_factory=HostOpRunner, repr=False)
+    _qgraphs: dict | None = field(default=None, repr=False)
 
     @property
     def vm(self) -> tvm.relax.VirtualMachine:
@@ -61,8 +62,10 @@ class CompiledModel:
     def run_reference(self, x: np.ndarray) -> tuple[np.ndarray, float | None]:
         """First output as the integer reference computes it, and the int8 scale it was
         dequantized from (None when a host op produces it)."""
-        out = reference.run_module(self.module, [np.asarray(x, dtype=np.float32)], self._host)[0]
-        return out, reference.output_scales(self.module)[0]
+        if self._qgraphs is None:  # quantize the regions once, not per input
+            self._qgraphs = reference.quantized_regions(self.module)
+        out = reference.run_module(self.module, [np.asarray(x, dtype=np.float32)], self._host, self._qgraphs)[0]
+        return out, reference.output_scales(self.module, self._qgraphs)[0]
 
 
 def compile_model(

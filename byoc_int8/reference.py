@@ -200,18 +200,25 @@ def run_region_float(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarra
     ]
 
 
-def run_module(mod, inputs: list[np.ndarray], host: HostOpRunner | None = None) -> list[np.ndarray]:
+def quantized_regions(mod) -> dict[str, QGraph]:
+    """Every region of a calibrated, partitioned module, quantized (once; callers may keep it)."""
+    return {name: quantized_region(name, f) for name, f in region_functions(mod).items()}
+
+
+def run_module(
+    mod, inputs: list[np.ndarray], host: HostOpRunner | None = None, qgraphs: dict[str, QGraph] | None = None
+) -> list[np.ndarray]:
     """Every output of a calibrated, partitioned module as the accelerator (regions) and the
     host (everything else, through TVM) compute it."""
-    qgraphs = {name: quantized_region(name, f) for name, f in region_functions(mod).items()}
+    qgraphs = qgraphs or quantized_regions(mod)
     host = host or HostOpRunner()
     return run_partitioned(mod, lambda name, args: run_region_float(qgraphs[name], args), inputs, host.run)
 
 
-def output_scales(mod) -> list[float | None]:
+def output_scales(mod, qgraphs: dict[str, QGraph] | None = None) -> list[float | None]:
     """For each output of main: the int8 scale it was dequantized from, when a region produces
     it directly; None when a host op does."""
-    qgraphs = {name: quantized_region(name, f) for name, f in region_functions(mod).items()}
+    qgraphs = qgraphs or quantized_regions(mod)
 
     def region_scales(name: str, args: list) -> list[float]:
         q = qgraphs[name]
