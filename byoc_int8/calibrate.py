@@ -2,8 +2,10 @@
 
 The partitioned ``main`` is interpreted in float on the calibration samples: each region runs
 through :func:`graph.run_float` (PyTorch kernels, batched), so no TVM float kernel is involved.
-A calibrator turns the values seen at each boundary into one clipping range ``[-r, r]``; the
-ranges are attached to the region functions (see :data:`quantize.RANGES_ATTR`).
+A calibrator turns the values seen at each boundary into a clipping threshold ``r`` on ``|x|``;
+the tensor's range is the observed ``[min, max]`` clipped to ``[-r, r]`` (so a tensor behind a
+relu gets ``[0, r]``, which asymmetric activations spend all 256 codes on). The ranges and the
+number format are attached to the region functions (see :data:`quantize.RANGES_ATTR`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tqdm import tqdm
 from .graph import extract_graph, run_float
 from .host import HostOpRunner
 from .partition import region_functions, run_partitioned
+from .qarith import DEFAULT_FORMAT, NumberFormat
 from .quantize import annotate_region
 
 # Values sampled per tensor and batch for the distribution-based calibrators: enough for a
@@ -26,44 +29,51 @@ _SAMPLE_LIMIT = 1 << 16
 
 
 class Calibrator:
-    """Accumulates |x| statistics of one tensor over batches; `range()` gives r."""
+    """Accumulates statistics of one tensor over batches; `range()` gives its (lo, hi)."""
+
+    def __init__(self) -> None:
+        self.lo, self.hi = 0.0, 0.0  # observed extremes (0 is always in the range)
 
     def observe(self, x: torch.Tensor) -> None:
+        self.lo = min(self.lo, float(x.min()))
+        self.hi = max(self.hi, float(x.max()))
+
+    @property
+    def abs_max(self) -> float:
+        return max(-self.lo, self.hi)
+
+    def threshold(self) -> float:
+        """r: values beyond [-r, r] are clipped."""
         raise NotImplementedError
 
-    def range(self) -> float:
-        raise NotImplementedError
+    def range(self) -> tuple[float, float]:
+        r = self.threshold()
+        return max(self.lo, -r), min(self.hi, r)
 
 
 class MaxCalibrator(Calibrator):
     """r = max |x|: nothing is clipped."""
 
-    def __init__(self) -> None:
-        self.abs_max = 0.0
-
-    def observe(self, x: torch.Tensor) -> None:
-        self.abs_max = max(self.abs_max, float(x.abs().max()))
-
-    def range(self) -> float:
+    def threshold(self) -> float:
         return self.abs_max
 
 
 class _SampledCalibrator(Calibrator):
-    """Keeps the exact max |x| and a uniform random sample of |x| from every batch."""
+    """Keeps the exact extremes and a uniform random sample of |x| from every batch."""
 
     def __init__(self) -> None:
-        self.abs_max = 0.0
+        super().__init__()
         self.samples: list[np.ndarray] = []
         self._generator = torch.Generator().manual_seed(0)
 
     def observe(self, x: torch.Tensor) -> None:
+        super().observe(x)
         flat = x.detach().abs().reshape(-1)
-        self.abs_max = max(self.abs_max, float(flat.max()))
         if flat.numel() > _SAMPLE_LIMIT:
             flat = flat[torch.randint(0, flat.numel(), (_SAMPLE_LIMIT,), generator=self._generator)]
         self.samples.append(flat.numpy())
 
-    def range(self) -> float:
+    def threshold(self) -> float:
         if self.abs_max == 0.0:
             return 0.0
         return min(self.abs_max, self.choose(np.concatenate(self.samples)))
@@ -165,9 +175,10 @@ def calibrate(
     method: str = "max",
     batch_size: int = 16,
     progress: bool = False,
+    number_format: NumberFormat = DEFAULT_FORMAT,
     **options,
 ) -> tvm.IRModule:
-    """Attach calibrated ranges to every region of a partitioned module.
+    """Attach calibrated ranges and the number format to every region of a partitioned module.
 
     `samples` holds calibration inputs stacked on axis 0 (one array), or is an iterable of
     batches or of single samples. Models with one input only. `options` go to the calibrator
@@ -213,5 +224,5 @@ def calibrate(
     for gv in list(mod.functions.keys()):
         if gv.name_hint in regions:
             ranges = {v: c.range() for v, c in enumerate(stats[gv.name_hint])}
-            mod[gv] = annotate_region(mod[gv], ranges)
+            mod[gv] = annotate_region(mod[gv], ranges, number_format)
     return mod

@@ -16,6 +16,7 @@ from .layer_errors import layer_errors, plot_layer_errors
 from .models import BUILTIN_MODELS
 from .partition import Int8OnlyError
 from .pipeline import LAYER_ERROR_INPUTS, compile_model, evaluate
+from .qarith import ACTIVATIONS, DEFAULT_FORMAT, ROUNDINGS, NumberFormat
 
 
 def _load_model(args):
@@ -51,9 +52,10 @@ def _print_report(report: dict) -> None:
     for op in report["host_ops"]:
         print(f"  on the host: {op['description']}")
     if report.get("layers"):
-        print(f"\n{'layer':<28} {'SQNR dB':>8} {'clip range':>11} {'clipped %':>10}")
+        print(f"\n{'layer':<28} {'SQNR dB':>8} {'clip range':>22} {'clipped %':>10}")
         for layer in report["layers"]:
-            print(f"{layer['layer']:<28} {layer['sqnr_db']:>8.2f} {layer['clip_range']:>11.4g} "
+            lo, hi = layer["clip_range"]
+            print(f"{layer['layer']:<28} {layer['sqnr_db']:>8.2f} {f'[{lo:.4g}, {hi:.4g}]':>22} "
                   f"{100 * layer['clipped_fraction']:>10.4f}")
 
 
@@ -69,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--calib", help="calibration inputs: a .npy file (stacked on axis 0) or a directory of images")
         p.add_argument("--method", default="max", choices=sorted(CALIBRATORS), help="calibrator (default: max)")
         p.add_argument("--percentile", type=float, help="percentile for --method percentile (default 99.99)")
+        p.add_argument("--activations", choices=ACTIVATIONS, default=DEFAULT_FORMAT.activations,
+                       help=f"int8 activation encoding (default: {DEFAULT_FORMAT.activations}; asymmetric is "
+                            "TFLite's, with zero points)")
+        p.add_argument("--rounding", choices=ROUNDINGS, default=DEFAULT_FORMAT.rounding,
+                       help=f"requantization rounding (default: {DEFAULT_FORMAT.rounding}; tflite is TFLite's "
+                            "default double rounding)")
         p.add_argument("--num-calib", type=int, help="calibration inputs drawn for a built-in model")
         p.add_argument("--num-eval", type=int, help="evaluation inputs (default: the model's evaluation set)")
         p.add_argument("--int8-only", action="store_true",
@@ -94,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet,
             int8_only=args.int8_only,
             simd=args.simd,
+            number_format=NumberFormat(args.activations, args.rounding),
             **_calibration_options(args),
         )
     except Int8OnlyError as err:
@@ -104,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{compiled.compile_seconds:.1f} s)")
         return 0
     layers = layer_errors(compiled.module, evals[:LAYER_ERROR_INPUTS])
-    report = {"model": args.model, "calibration": args.method,
+    report = {"model": args.model, "calibration": args.method, "activations": args.activations,
+              "rounding": args.rounding,
               **evaluate(compiled, float_model, evals, labels=labels, layers=layers)}
     _print_report(report)
     if args.plot:

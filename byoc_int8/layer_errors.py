@@ -27,8 +27,8 @@ class LayerError:
     layer: str  # "input 0" or "<index> <composite kind>"
     shape: tuple[int, ...]
     sqnr_db: float  # 10 log10(|float|^2 / |float - int8|^2)
-    clip_range: float  # r: int8 covers [-r, r] (127 * scale)
-    clipped_fraction: float  # share of float values with |x| > r
+    clip_range: tuple[float, float]  # (lo, hi): the real values int8 covers
+    clipped_fraction: float  # share of float values outside it
     samples: np.ndarray = field(default=None, repr=False)  # float values, for histograms
 
     def to_dict(self) -> dict:
@@ -38,7 +38,7 @@ class LayerError:
             "layer": self.layer,
             "shape": list(self.shape),
             "sqnr_db": round(self.sqnr_db, 2),
-            "clip_range": self.clip_range,
+            "clip_range": list(self.clip_range),
             "clipped_fraction": self.clipped_fraction,
         }
 
@@ -69,7 +69,7 @@ def layer_errors(mod, inputs: np.ndarray) -> list[LayerError]:
         q = qgraphs[name]
         values = reference.run_quantized_values(q, args)
         int8_values[name] = {
-            v: qarith.dequantize_tensor(layout.to_logical(x), q.scales[v]) for v, x in values.items()
+            v: qarith.dequantize_tensor(layout.to_logical(x), q.quants[v]) for v, x in values.items()
         }
         return [int8_values[name][v] for v in q.graph.outputs]
 
@@ -87,7 +87,9 @@ def layer_errors(mod, inputs: np.ndarray) -> list[LayerError]:
         labels.update({n.output: f"{prefix}{i} {n.composite.split('.', 1)[1]}" for i, n in enumerate(graph.nodes)})
         for v in range(graph.num_values):
             f, q = float_values[name][v], int8_values[name][v]
-            r = qgraphs[name].scales[v] * qarith.INT8_MAX
+            quant = qgraphs[name].quants[v]
+            lo = quant.scale * (qarith.INT8_MIN - quant.zero_point)
+            hi = quant.scale * (qarith.INT8_MAX - quant.zero_point)
             flat = f.ravel()
             sample = flat if flat.size <= _HISTOGRAM_SAMPLES else rng.choice(flat, _HISTOGRAM_SAMPLES, replace=False)
             errors.append(
@@ -97,8 +99,8 @@ def layer_errors(mod, inputs: np.ndarray) -> list[LayerError]:
                     layer=labels[v],
                     shape=graph.shapes[v],
                     sqnr_db=sqnr_db(f, q),
-                    clip_range=float(r),
-                    clipped_fraction=float(np.mean(np.abs(flat) > r)),
+                    clip_range=(float(lo), float(hi)),
+                    clipped_fraction=float(np.mean((flat < lo) | (flat > hi))),
                     samples=sample,
                 )
             )
@@ -126,10 +128,10 @@ def plot_layer_errors(errors: list[LayerError], path: str, layer: str | None = N
     bars.set_ylabel("SQNR int8 vs float (dB)")
     bars.set_title("Quantization error per layer (inf shown as 80 dB)")
     hist.hist(chosen.samples, bins=200, color="tab:gray", log=True)
-    for edge in (-chosen.clip_range, chosen.clip_range):
+    for edge in chosen.clip_range:
         hist.axvline(edge, color="tab:red", linestyle="--")
     hist.set_title(
-        f"{chosen.layer}: clipping range +-{chosen.clip_range:.3g}, "
+        f"{chosen.layer}: clipping range [{chosen.clip_range[0]:.3g}, {chosen.clip_range[1]:.3g}], "
         f"{100 * chosen.clipped_fraction:.3f}% clipped, SQNR {chosen.sqnr_db:.1f} dB"
     )
     hist.set_xlabel("float activation value")

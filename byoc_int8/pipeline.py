@@ -24,6 +24,7 @@ from .inputs import load_inputs
 from .layer_errors import LayerError, layer_errors
 from .host import HostOpRunner
 from .partition import boundary_crossings, count_ops, offloaded_ops, partition, region_functions
+from .qarith import DEFAULT_FORMAT, NumberFormat
 
 
 # Inputs over which evaluate() measures per-layer error (the reference runs them as one batch).
@@ -77,6 +78,7 @@ def compile_model(
     progress: bool = False,
     int8_only: bool = False,
     simd: str | None = None,
+    number_format: NumberFormat = DEFAULT_FORMAT,
     **calibration_options,
 ) -> CompiledModel:
     """Compile a float PyTorch model into one int8 shared library.
@@ -89,6 +91,7 @@ def compile_model(
     host in float; by default such ops run on the host between int8 regions.
     `simd`: the kernel implementation compiled in ("avx512vnni", "avx2" or "portable"; default:
     the fastest this machine runs).
+    `number_format`: how activations are encoded and requantizations round (``qarith``).
     """
     start = time.perf_counter()
     stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
@@ -101,7 +104,8 @@ def compile_model(
     stages.update()
     parted = partition(mod, int8_only=int8_only)
     stages.update()
-    calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress, **calibration_options)
+    calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress,
+                           number_format=number_format, **calibration_options)
     stages.update()
     executable = build.build(calibrated, simd=simd)
     if output_path is None:

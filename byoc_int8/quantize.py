@@ -16,14 +16,16 @@ import numpy as np
 from . import layout, qarith
 from .graph import Graph, Node, extract_graph
 
-# Ops whose output reuses the input's scale: they only move, select or clamp int8 values.
-SCALE_PRESERVING = {"max_pool2d", "reshape", "transpose", "pad", "clip"}
+# Ops whose output reuses the input's scale and zero point: they only move, select, clamp or
+# average int8 values (average pooling keeps its input's encoding, as TFLite's does).
+SCALE_PRESERVING = {"max_pool2d", "avg_pool2d", "reshape", "transpose", "pad", "clip"}
 
 
 @dataclass
 class QNode:
     node: Node
     params: dict = field(default_factory=dict)
+    rounding: str = "single"  # how every requantization of this node rounds (qarith.ROUNDINGS)
 
     @property
     def op(self) -> str:
@@ -33,8 +35,9 @@ class QNode:
 @dataclass
 class QGraph:
     graph: Graph
-    scales: dict[int, float]  # value id -> activation scale
+    quants: dict[int, qarith.ActivationQuant]  # value id -> scale and zero point
     nodes: list[QNode]
+    format: qarith.NumberFormat = qarith.DEFAULT_FORMAT
 
     def nonnegative(self) -> dict[int, bool]:
         """Values that can never hold a negative int8 (behind a relu or made only of such
@@ -46,27 +49,28 @@ class QGraph:
                 known[q.node.output] = q.params["act_min"] >= 0
             elif q.op == "pad":
                 known[q.node.output] = inputs[0] and q.params["value"] >= 0
-            else:  # pooling, concat and layout ops keep or average their inputs' values
-                known[q.node.output] = all(inputs)
+            else:  # pooling, concat and layout ops: averages or copies, offset by zero points
+                zero_points = [self.quants[v].zero_point for v in q.node.inputs + [q.node.output]]
+                known[q.node.output] = all(inputs) and all(z == 0 for z in zero_points)
         return known
 
 
-def activation_scales(graph: Graph, abs_max: dict[int, float]) -> dict[int, float]:
-    """Scale of every value: calibrated, except where an op must keep its input's scale."""
-    scales: dict[int, float] = {}
+def activation_quants(graph: Graph, ranges: dict[int, tuple[float, float]], activations: str) -> dict[int, qarith.ActivationQuant]:
+    """Scale and zero point of every value: calibrated, except where an op keeps its input's."""
+    quants: dict[int, qarith.ActivationQuant] = {}
     for value in graph.inputs:
-        scales[value] = qarith.activation_scale(abs_max[value])
+        quants[value] = qarith.activation_quant(*ranges[value], activations)
     for node in graph.nodes:
         if node.op in SCALE_PRESERVING:
-            scales[node.output] = scales[node.inputs[0]]
+            quants[node.output] = quants[node.inputs[0]]
         else:
-            scales[node.output] = qarith.activation_scale(abs_max[node.output])
-    return scales
+            quants[node.output] = qarith.activation_quant(*ranges[node.output], activations)
+    return quants
 
 
-def _act_range(node: Node, scale: float) -> tuple[int, int]:
-    """The int8 clamp of a node's fused relu / clip (lo, hi) at its output scale."""
-    return qarith.clamp_bounds(node.attrs.get("clip"), scale)
+def _act_range(node: Node, q_out: qarith.ActivationQuant) -> tuple[int, int]:
+    """The int8 clamp of a node's fused relu / clip (lo, hi) at its output encoding."""
+    return qarith.clamp_bounds(node.attrs.get("clip"), q_out)
 
 
 # Largest dot-product length: with |int8 x int8| <= 2^14 and a bias below 2^30, 2^15 terms keep
@@ -75,21 +79,24 @@ def _act_range(node: Node, scale: float) -> tuple[int, int]:
 MAX_PATCH = 1 << 15
 
 
-def _weighted(node: Node, s_in: float, s_out: float) -> dict:
-    """Shared by conv2d and dense: per-channel weights, bias and requantization."""
+def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.ActivationQuant) -> dict:
+    """Shared by conv2d and dense: per-channel weights, bias (input zero point folded in) and
+    requantization."""
     patch = node.consts["weight"][0].size
     if patch > MAX_PATCH:
         raise ValueError(f"{node.composite}: dot products of {patch} terms could overflow int32")
     weight_q, weight_scales = qarith.quantize_weights_per_channel(node.consts["weight"])
     units = weight_q.shape[0]
-    bias = node.consts.get("bias", np.zeros(units, np.float32))
-    multiplier, shift = qarith.per_channel_multipliers(s_in * weight_scales / s_out)
-    act_min, act_max = _act_range(node, s_out)
+    bias = qarith.quantize_bias(node.consts.get("bias", np.zeros(units, np.float32)), q_in.scale, weight_scales)
+    multiplier, shift = qarith.per_channel_multipliers(q_in.scale * weight_scales / q_out.scale)
+    act_min, act_max = _act_range(node, q_out)
     return {
         "weight": weight_q,
-        "bias": qarith.quantize_bias(bias, s_in, weight_scales),
+        "bias": qarith.fold_input_zero_point(bias, weight_q, q_in.zero_point),
         "multiplier": multiplier,
         "shift": shift,
+        "input_zero_point": q_in.zero_point,
+        "output_zero_point": q_out.zero_point,
         "act_min": act_min,
         "act_max": act_max,
     }
@@ -105,82 +112,106 @@ def _transpose_params(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> dict:
     return {"transpose": _plain_transpose(layout.storage_shape(in_shape), layout.storage_transpose(in_shape, axes))}
 
 
-def quantize_node(node: Node, graph: Graph, scales: dict[int, float]) -> QNode:
-    s_in = scales[node.inputs[0]]
-    s_out = scales[node.output]
+def quantize_node(
+    node: Node, graph: Graph, quants: dict[int, qarith.ActivationQuant], rounding: str = "single"
+) -> QNode:
+    q_in, q_out = quants[node.inputs[0]], quants[node.output]
     in_shape = graph.shapes[node.inputs[0]]
     out_shape = graph.shapes[node.output]
     a = node.attrs
+
+    def made(params: dict | None = None) -> QNode:
+        return QNode(node, params or {}, rounding)
+
     if node.op == "conv2d":
-        params = _weighted(node, s_in, s_out)
+        params = _weighted(node, q_in, q_out)
         weight = params["weight"]  # OIHW
         # Depthwise: every group reads one input channel. Its kernel wants (1, KH, KW, O).
         params["depthwise"] = a["groups"] > 1 and a["groups"] == in_shape[1] and weight.shape[1] == 1
         params["weight"] = np.ascontiguousarray(weight.transpose((1, 2, 3, 0) if params["depthwise"] else (0, 2, 3, 1)))
-        return QNode(node, params)
+        return made(params)
     if node.op == "dense":
-        return QNode(node, _weighted(node, s_in, s_out))
+        return made(_weighted(node, q_in, q_out))
     if node.op == "add":
-        act_min, act_max = _act_range(node, s_out)
-        rescale = qarith.add_rescale(s_in, scales[node.inputs[1]], s_out)
-        return QNode(node, {"rescale": rescale, "act_min": act_min, "act_max": act_max})
+        act_min, act_max = _act_range(node, q_out)
+        q_in2 = quants[node.inputs[1]]
+        return made({
+            "rescale": qarith.add_rescale(q_in.scale, q_in2.scale, q_out.scale),
+            "input1_zero_point": q_in.zero_point,
+            "input2_zero_point": q_in2.zero_point,
+            "output_zero_point": q_out.zero_point,
+            "act_min": act_min,
+            "act_max": act_max,
+        })
     if node.op == "clip":
-        act_min, act_max = _act_range(node, s_out)
-        return QNode(node, {"act_min": act_min, "act_max": act_max})
+        act_min, act_max = _act_range(node, q_out)
+        return made({"act_min": act_min, "act_max": act_max})
     if node.op == "global_avg_pool2d":
         plane = in_shape[2] * in_shape[3]
-        return QNode(node, {"requant": qarith.quantize_multiplier(s_in / (s_out * plane))})
+        return made({
+            "requant": qarith.mean_multiplier(q_in.scale, q_out.scale, plane),
+            "input_zero_point": q_in.zero_point,
+            "output_zero_point": q_out.zero_point,
+        })
     if node.op == "avg_pool2d":
-        counts = np.arange(1, a["pool_size"][0] * a["pool_size"][1] + 1)
-        multiplier, shift = qarith.per_channel_multipliers(s_in / (s_out * counts))
-        # Index by divisor: entry 0 is never used.
-        return QNode(node, {"multiplier": np.concatenate([[0], multiplier]).astype(np.int32),
-                            "shift": np.concatenate([[0], shift]).astype(np.int32)})
+        # Window sums over the input padded with its zero point (real 0), divided by the count.
+        return made({"pad_value": q_in.zero_point})
     if node.op == "max_pool2d":
-        return QNode(node)
+        return made()
     if node.op == "concat":
-        factors = np.array([scales[v] / s_out for v in node.inputs])
+        factors = np.array([quants[v].scale / q_out.scale for v in node.inputs])
         multiplier, shift = qarith.per_channel_multipliers(factors)
         axis = layout.storage_axis(a["axis"], len(out_shape))
         stored = [layout.storage_shape(graph.shapes[v]) for v in node.inputs]
-        return QNode(node, {
+        return made({
             "multiplier": multiplier,
             "shift": shift,
+            "zero_points": np.array([quants[v].zero_point for v in node.inputs], np.int32),
+            "output_zero_point": q_out.zero_point,
             "outer": math.prod(stored[0][:axis]),
             "inner": [math.prod(shape[axis:]) for shape in stored],
         })
     if node.op == "transpose":
-        return QNode(node, _transpose_params(in_shape, tuple(a["axes"])))
+        return made(_transpose_params(in_shape, tuple(a["axes"])))
     if node.op == "pad":
-        value = qarith.clamp_bounds((a["value"], a["value"]), s_out)[0]
-        return QNode(node, {"pads": layout.storage_pads(a["pads"]), "value": value,
-                            "shape": layout.storage_shape(in_shape)})
+        return made({"pads": layout.storage_pads(a["pads"]), "value": qarith.quantize_value(a["value"], q_out),
+                     "shape": layout.storage_shape(in_shape)})
     if node.op == "reshape":
         # Stored order -> logical order -> reshape (free) -> stored order of the new shape.
         # Each step is a plain transpose (shape, perm) of an array, or None when it moves no byte.
         to_logical = tuple(int(a) for a in np.argsort(layout.storage_perm(len(in_shape))))
-        return QNode(node, {
+        return made({
             "to_logical": _plain_transpose(layout.storage_shape(in_shape), to_logical),
             "to_stored": _plain_transpose(out_shape, layout.storage_perm(len(out_shape))),
         })
     raise ValueError(f"no quantization rule for op {node.op}")
 
 
-def quantize_graph(graph: Graph, abs_max: dict[int, float]) -> QGraph:
-    scales = activation_scales(graph, abs_max)
-    return QGraph(graph, scales, [quantize_node(n, graph, scales) for n in graph.nodes])
+def quantize_graph(
+    graph: Graph, ranges: dict[int, tuple[float, float]], fmt: qarith.NumberFormat = qarith.DEFAULT_FORMAT
+) -> QGraph:
+    quants = activation_quants(graph, ranges, fmt.activations)
+    return QGraph(graph, quants, [quantize_node(n, graph, quants, fmt.rounding) for n in graph.nodes], fmt)
 
 
 # Calibrated ranges travel with the IR: each region function carries, under this attribute, the
-# JSON list of the absolute-max range of every graph value (float64, exact). Whoever quantizes a
-# region (the codegen, the integer reference) reads them back from the function itself.
-RANGES_ATTR = "byoc_int8.abs_max"
+# JSON list of the [lo, hi] range of every graph value (float64, exact), and under FORMAT_ATTR the
+# number format it is to be quantized in. Whoever quantizes a region (the codegen, the integer
+# reference) reads them back from the function itself.
+RANGES_ATTR = "byoc_int8.ranges"
+FORMAT_ATTR = "byoc_int8.format"
 
 
-def annotate_region(func, abs_max: dict[int, float]):
-    """The region function with its calibrated ranges attached."""
-    ranges = [float(abs_max[v]) for v in range(len(abs_max))]
-    return func.with_attr(RANGES_ATTR, json.dumps(ranges))
+def annotate_region(func, ranges: dict[int, tuple[float, float]], fmt: qarith.NumberFormat = qarith.DEFAULT_FORMAT):
+    """The region function with its calibrated ranges and number format attached."""
+    listed = [[float(ranges[v][0]), float(ranges[v][1])] for v in range(len(ranges))]
+    return func.with_attr(RANGES_ATTR, json.dumps(listed)).with_attr(FORMAT_ATTR, fmt.to_json())
+
+
+def region_format(func) -> qarith.NumberFormat:
+    if func.attrs is None or FORMAT_ATTR not in func.attrs:
+        return qarith.DEFAULT_FORMAT
+    return qarith.NumberFormat.from_json(str(func.attrs[FORMAT_ATTR]))
 
 
 def quantized_region(name: str, func) -> QGraph:
@@ -191,4 +222,4 @@ def quantized_region(name: str, func) -> QGraph:
     ranges = json.loads(str(func.attrs[RANGES_ATTR]))
     if len(ranges) != graph.num_values:
         raise ValueError(f"region {name}: {len(ranges)} calibrated ranges for {graph.num_values} values")
-    return quantize_graph(graph, dict(enumerate(ranges)))
+    return quantize_graph(graph, {v: tuple(r) for v, r in enumerate(ranges)}, region_format(func))

@@ -4,7 +4,8 @@ This is the x86 simulator of the accelerator's arithmetic and the definition eve
 checked against. Each kernel is written as the readable computation, vectorized with numpy;
 the integer steps (requantization, clamps, boundary conversions) come from :mod:`qarith`.
 
-Layout: 4-D activations are NHWC, as in the C kernels.
+Layout: 4-D activations are NHWC, as in the C kernels. Each QNode carries its rounding and the
+zero points of its values (see :mod:`qarith` for the number formats).
 
 Exactness: convolution and dense accumulate int8 x int8 products in float64 so that numpy can
 use BLAS. Each product is at most 2^14 in magnitude and a patch holds at most 2^15 of them (the
@@ -51,7 +52,8 @@ def conv2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
     kernel = weight.shape[1:3]
     out_hw = out_shape[2:4]
     out_c = out_shape[1]
-    xp = _pad_nhwc(x, a["padding"], out_hw, kernel, a["strides"], a["dilation"], 0)
+    # Padding reads the input zero point (real 0); the bias already holds -z_in * sum(w).
+    xp = _pad_nhwc(x, a["padding"], out_hw, kernel, a["strides"], a["dilation"], p["input_zero_point"])
     patches = _windows(xp, kernel, a["strides"], a["dilation"], out_hw)  # N, OH, OW, KH, KW, C
     if p["depthwise"]:
         multiplier = out_c // x.shape[3]
@@ -68,9 +70,14 @@ def conv2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
             ],
             axis=1,
         ).astype(np.int64)
-    acc = acc + p["bias"].astype(np.int64)
-    y = qarith.requantize(acc, p["multiplier"], p["shift"])
-    return qarith.clamp_s8(y, p["act_min"], p["act_max"]).reshape(x.shape[0], *out_hw, out_c)
+    return _output_stage(acc, q).reshape(x.shape[0], *out_hw, out_c)
+
+
+def _output_stage(acc: np.ndarray, q: QNode) -> np.ndarray:
+    """Bias, requantization, output zero point and clamp: shared by conv2d and dense."""
+    p = q.params
+    y = qarith.requantize(acc + p["bias"].astype(np.int64), p["multiplier"], p["shift"], q.rounding)
+    return qarith.clamp_s8(y + p["output_zero_point"], p["act_min"], p["act_max"])
 
 
 def max_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
@@ -82,30 +89,34 @@ def max_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
 
 
 def global_avg_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
-    r = q.params["requant"]
-    total = x.astype(np.int64).sum(axis=(1, 2))
-    return qarith.clamp_s8(qarith.requantize(total, r.multiplier, r.shift)).reshape(storage_shape(out_shape))
+    p = q.params
+    r = p["requant"]
+    total = (x.astype(np.int64) - p["input_zero_point"]).sum(axis=(1, 2))
+    y = qarith.requantize(total, r.multiplier, r.shift, q.rounding) + p["output_zero_point"]
+    return qarith.clamp_s8(y).reshape(storage_shape(out_shape))
 
 
 def add(x1: np.ndarray, x2: np.ndarray, q: QNode) -> np.ndarray:
-    r: qarith.AddRescale = q.params["rescale"]
-    a = qarith.requantize(x1.astype(np.int64) << r.left_shift, r.input1.multiplier, r.input1.shift)
-    b = qarith.requantize(x2.astype(np.int64) << r.left_shift, r.input2.multiplier, r.input2.shift)
-    y = qarith.requantize(a + b, r.output.multiplier, r.output.shift)
-    return qarith.clamp_s8(y, q.params["act_min"], q.params["act_max"])
+    p = q.params
+    r: qarith.AddRescale = p["rescale"]
+    shifted1 = (x1.astype(np.int64) - p["input1_zero_point"]) << r.left_shift
+    shifted2 = (x2.astype(np.int64) - p["input2_zero_point"]) << r.left_shift
+    a = qarith.requantize(shifted1, r.input1.multiplier, r.input1.shift, q.rounding)
+    b = qarith.requantize(shifted2, r.input2.multiplier, r.input2.shift, q.rounding)
+    y = qarith.requantize(a + b, r.output.multiplier, r.output.shift, q.rounding) + p["output_zero_point"]
+    return qarith.clamp_s8(y, p["act_min"], p["act_max"])
 
 
 def dense(x: np.ndarray, q: QNode) -> np.ndarray:
-    p = q.params
-    acc = x.astype(np.int64) @ p["weight"].astype(np.int64).T + p["bias"].astype(np.int64)
-    y = qarith.requantize(acc, p["multiplier"], p["shift"])
-    return qarith.clamp_s8(y, p["act_min"], p["act_max"])
+    return _output_stage(x.astype(np.int64) @ q.params["weight"].astype(np.int64).T, q)
 
 
 def avg_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
     """PyTorch's average pooling: window sums divided by the count of in-bounds positions, or
-    with count_include_pad by the positions inside the (symmetrically) padded input."""
-    p, a = q.params, q.node.attrs
+    with count_include_pad by the positions inside the (symmetrically) padded input, whose padding
+    holds the zero point. The output keeps the input's scale and zero point."""
+    a = q.node.attrs
+    pad_value = q.params["pad_value"]
     (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
     pad_h, pad_w = a["padding"][:2]
     n, h, w, c = x.shape
@@ -117,9 +128,10 @@ def avg_pool2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
             x0 = ox * sw - pad_w
             x1 = min(x0 + kw, w + pad_w)
             window = x[:, max(y0, 0) : min(y1, h), max(x0, 0) : min(x1, w)]
-            count = (y1 - y0) * (x1 - x0) if a["count_include_pad"] else window.shape[1] * window.shape[2]
-            total = window.astype(np.int64).sum(axis=(1, 2))
-            out[:, oy, ox] = qarith.clamp_s8(qarith.requantize(total, p["multiplier"][count], p["shift"][count]))
+            inside = window.shape[1] * window.shape[2]
+            count = (y1 - y0) * (x1 - x0) if a["count_include_pad"] else inside
+            total = window.astype(np.int64).sum(axis=(1, 2)) + (count - inside) * pad_value
+            out[:, oy, ox] = qarith.clamp_s8(qarith.rounding_divide(total, count, q.rounding))
     return out
 
 
@@ -143,7 +155,8 @@ def pad(x: np.ndarray, q: QNode) -> np.ndarray:
 def concat(xs: list[np.ndarray], q: QNode) -> np.ndarray:
     p = q.params
     parts = [
-        qarith.clamp_s8(qarith.requantize(to_logical(x), m, s)) for x, m, s in zip(xs, p["multiplier"], p["shift"])
+        qarith.clamp_s8(qarith.requantize(to_logical(x).astype(np.int64) - z, m, s, q.rounding) + p["output_zero_point"])
+        for x, m, s, z in zip(xs, p["multiplier"], p["shift"], p["zero_points"])
     ]
     return to_storage(np.concatenate(parts, axis=q.node.attrs["axis"]))
 
@@ -178,7 +191,8 @@ def run_quantized_values(qgraph: QGraph, inputs: list[np.ndarray]) -> dict[int, 
     """Every int8 value of a region (storage order) for float inputs."""
     g = qgraph.graph
     values = {
-        v: to_storage(qarith.quantize_tensor(x, qgraph.scales[v])) for v, x in zip(g.inputs, inputs)
+        v: to_storage(qarith.quantize_tensor(x, qgraph.quants[v], qgraph.format.rounding))
+        for v, x in zip(g.inputs, inputs)
     }
     for q in qgraph.nodes:
         shape = (values[q.node.inputs[0]].shape[0],) + g.shapes[q.node.output][1:]
@@ -195,7 +209,7 @@ def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
 def run_region_float(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Float outputs of a region: run_quantized followed by the exit dequantization."""
     return [
-        qarith.dequantize_tensor(y, qgraph.scales[v])
+        qarith.dequantize_tensor(y, qgraph.quants[v])
         for y, v in zip(run_quantized(qgraph, inputs), qgraph.graph.outputs)
     ]
 
@@ -222,6 +236,6 @@ def output_scales(mod, qgraphs: dict[str, QGraph] | None = None) -> list[float |
 
     def region_scales(name: str, args: list) -> list[float]:
         q = qgraphs[name]
-        return [q.scales[v] for v in q.graph.outputs]
+        return [q.quants[v].scale for v in q.graph.outputs]
 
     return run_partitioned(mod, region_scales, [None] * len(mod["main"].params), lambda call, args: None)

@@ -18,12 +18,14 @@ class RequantParams(ctypes.Structure):
         ("shift", ctypes.POINTER(ctypes.c_int32)),
         ("act_min", ctypes.c_int32),
         ("act_max", ctypes.c_int32),
+        ("output_zero_point", ctypes.c_int32),
     ]
 
 
 class ConvParams(ctypes.Structure):
     _fields_ = [
-        (n, ctypes.c_int32) for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w", "groups")
+        (n, ctypes.c_int32)
+        for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w", "groups", "pad_value")
     ]
 
 
@@ -47,6 +49,9 @@ class AddParams(ctypes.Structure):
             "output_shift",
             "act_min",
             "act_max",
+            "input1_zero_point",
+            "input2_zero_point",
+            "output_zero_point",
         )
     ]
 
@@ -82,7 +87,14 @@ def _runnable_variants() -> list[str]:
     return variants
 
 
-@pytest.fixture(scope="session", params=_runnable_variants())
+KERNEL_BUILDS = [(variant, rounding) for variant in _runnable_variants() for rounding in ("single", "tflite", "single-away")]
+
+
+@pytest.fixture(scope="session", params=KERNEL_BUILDS, ids=[f"{v}-{r}" for v, r in KERNEL_BUILDS])
 def kernels(request, kernel_build) -> ctypes.CDLL:
-    """Each implementation of the kernels in turn: every kernel test runs against each."""
-    return ctypes.CDLL(str(kernel_build / f"libbyoc_int8_kernels_{request.param}.so"))
+    """Each implementation of the kernels in each rounding in turn: every kernel test runs against
+    each. `kernels.rounding` names the rounding it was compiled with (qarith.ROUNDINGS)."""
+    variant, rounding = request.param
+    lib = ctypes.CDLL(str(kernel_build / f"libbyoc_int8_kernels_{variant}_{rounding.replace('-', '_')}.so"))
+    lib.rounding = rounding
+    return lib

@@ -13,11 +13,26 @@ from byoc_int8.models import BUILTIN_MODELS
 from byoc_int8.pipeline import compile_model, evaluate
 
 
-def calibrated_range(method, x, **options):
+def calibrated_calibrator(method, x, **options):
     calibrator = make_calibrator(method, **options)
     for chunk in x.split(len(x) // 4):
         calibrator.observe(chunk)
-    return calibrator.range()
+    return calibrator
+
+
+def calibrated_range(method, x, **options):
+    """The clipping threshold r on |x|."""
+    return calibrated_calibrator(method, x, **options).threshold()
+
+
+@pytest.mark.parametrize("method", sorted(CALIBRATORS))
+def test_range_is_the_observed_range_clipped_at_the_threshold(distributions, method):
+    for name, x in distributions.items():
+        calibrator = calibrated_calibrator(method, x)
+        r = calibrator.threshold()
+        lo, hi = calibrator.range()
+        assert lo == max(float(x.min()), -r) and hi == min(float(x.max()), r), name
+    assert calibrated_calibrator(method, distributions["relu"]).range()[0] == 0.0  # one-sided stays one-sided
 
 
 def quantization_mse(x, r):
@@ -137,7 +152,8 @@ def test_layer_error_report_and_plot(tmp_path, digits_data):
     assert len(errors) == 12
     for e in errors:
         assert np.isfinite(e.sqnr_db) and e.sqnr_db > 10  # a 99th percentile costs SQNR where it clips
-        assert e.clip_range > 0 and 0.0 <= e.clipped_fraction < 0.05
+        lo, hi = e.clip_range
+        assert lo < 0 < hi and 0.0 <= e.clipped_fraction < 0.05
     assert any(e.clipped_fraction > 0 for e in errors)  # a 99th percentile clips something
     drawn = plot_layer_errors(errors, str(tmp_path / "layers.png"), layer="3 add_relu")
     assert drawn == "3 add_relu"

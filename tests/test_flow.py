@@ -14,6 +14,7 @@ from byoc_int8.frontend import ModelImportError, import_model
 from byoc_int8.models import BUILTIN_MODELS, random_inputs
 from byoc_int8.partition import partition, region_functions
 from byoc_int8.pipeline import compile_model, cosine, evaluate
+from byoc_int8.quantize import RANGES_ATTR
 
 
 def composite_sequence(mod):
@@ -141,9 +142,11 @@ def test_percentile_clips_outliers_that_max_keeps():
         "max": compile_model(model, calib, method="max").module,
         "percentile": compile_model(model, calib, method="percentile", percentile=99.9).module,
     }
-    ranges = {m: json.loads(str(next(iter(region_functions(mod).values())).attrs["byoc_int8.abs_max"])) for m, mod in mods.items()}
-    assert ranges["max"][0] == 50.0
-    assert ranges["percentile"][0] < 5.0
+    ranges = {m: json.loads(str(next(iter(region_functions(mod).values())).attrs[RANGES_ATTR])) for m, mod in mods.items()}
+    lowest = float(calib.min())
+    assert ranges["max"][0] == [lowest, 50.0]  # the input's observed range
+    lo, hi = ranges["percentile"][0]
+    assert 2.0 < hi < 5.0 and -hi <= lo < -2.0  # clipped at the 99.9th percentile of |x|
 
 
 def test_cli_run_and_compile(tmp_path, capsys):

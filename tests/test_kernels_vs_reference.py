@@ -1,4 +1,5 @@
-"""Every C kernel against the integer reference, bit for bit, over randomized cases."""
+"""Every C kernel against the integer reference, bit for bit, over randomized cases, in every
+kernel build and rounding (the `kernels` fixture) with and without zero points."""
 
 import ctypes
 
@@ -25,12 +26,23 @@ def random_requant(rng, channels, terms=1):
     return multiplier.astype(np.int32), np.clip(shift, -31, 30).astype(np.int32)
 
 
-def random_act(rng):
-    return (0, 127) if rng.random() < 0.5 else (-128, 127)
+def random_zero_point(rng, output=False):
+    """0 (symmetric activations) half the time, else anywhere in int8, the ends included; output
+    zero points stay nearer the middle so that results are not all saturated."""
+    if rng.random() < 0.5:
+        return 0
+    if output:
+        return int(rng.integers(-48, 49))
+    return int(rng.choice([-128, 127])) if rng.random() < 0.2 else int(rng.integers(-128, 128))
 
 
-def requant_params(multiplier, shift, act):
-    return RequantParams(ptr(multiplier, i32), ptr(shift, i32), *act)
+def random_act(rng, zero_point=0):
+    """No clamp, or a relu (clamp at the zero point)."""
+    return (zero_point, 127) if rng.random() < 0.5 else (-128, 127)
+
+
+def requant_params(multiplier, shift, act, zero_point=0):
+    return RequantParams(ptr(multiplier, i32), ptr(shift, i32), *act, zero_point)
 
 
 def out_size(size, pad_before, pad_after, kernel, stride, dilation):
@@ -70,17 +82,18 @@ def test_conv2d(kernels, seed, kind):
         weight = np.ascontiguousarray(weight.transpose(3, 1, 2, 0))  # (1, KH, KW, O)
     bias = rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32)
     multiplier, shift = random_requant(rng, cout, kh * kw * group_in)
-    act = random_act(rng)
+    z_in, z_out = random_zero_point(rng), random_zero_point(rng, output=True)
+    act = random_act(rng, z_out)
 
     attrs = {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "groups": groups}
-    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
-              "act_min": act[0], "act_max": act[1], "depthwise": kind == "depthwise"}
-    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params), (n, cout, oh, ow))
+    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift, "input_zero_point": z_in,
+              "output_zero_point": z_out, "act_min": act[0], "act_max": act[1], "depthwise": kind == "depthwise"}
+    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params, kernels.rounding), (n, cout, oh, ow))
 
     out = np.zeros((n, oh, ow, cout), np.int8)
-    conv = ConvParams(sh, sw, pad[0], pad[1], dh, dw, groups)
-    head = (ctypes.byref(conv), ctypes.byref(requant_params(multiplier, shift, act)), ctypes.byref(Dims(n, h, w, cin)),
-            ptr(x, i8))
+    conv = ConvParams(sh, sw, pad[0], pad[1], dh, dw, groups, z_in)
+    head = (ctypes.byref(conv), ctypes.byref(requant_params(multiplier, shift, act, z_out)),
+            ctypes.byref(Dims(n, h, w, cin)), ptr(x, i8))
     filter_dims = ctypes.byref(Dims(*weight.shape))
     tail = (ptr(bias, i32), ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8))
     # Work split in two pixel ranges, as two threads would run it.
@@ -142,23 +155,26 @@ def test_add(kernels, seed):
     size = int(rng.integers(1, 300))
     s1, s2, s_out = np.exp(rng.uniform(-4, 1, 3))
     rescale = qarith.add_rescale(s1, s2, s_out)
-    act = random_act(rng)
+    z1, z2, z_out = random_zero_point(rng), random_zero_point(rng), random_zero_point(rng, output=True)
+    act = random_act(rng, z_out)
     a = rng.integers(-128, 128, size, dtype=np.int8)
     b = rng.integers(-128, 128, size, dtype=np.int8)
-    q = QNode(Node("add", [0, 1], 2), {"rescale": rescale, "act_min": act[0], "act_max": act[1]})
+    q = QNode(Node("add", [0, 1], 2), {"rescale": rescale, "act_min": act[0], "act_max": act[1],
+                                       "input1_zero_point": z1, "input2_zero_point": z2, "output_zero_point": z_out},
+              kernels.rounding)
     expected = reference.add(a, b, q)
     params = AddParams(
         rescale.left_shift,
         rescale.input1.multiplier, rescale.input1.shift,
         rescale.input2.multiplier, rescale.input2.shift,
         rescale.output.multiplier, rescale.output.shift,
-        *act,
+        *act, z1, z2, z_out,
     )
     out = np.zeros(size, np.int8)
     assert kernels.b8_add_s8(ctypes.byref(params), size, ptr(a, i8), ptr(b, i8), ptr(out, i8)) == 0
     np.testing.assert_array_equal(out, expected)
     # And the integer add tracks the real one to within a couple of output LSBs.
-    real = (a * s1 + b * s2) / s_out
+    real = ((a.astype(np.float64) - z1) * s1 + (b.astype(np.float64) - z2) * s2) / s_out + z_out
     inside = (real > act[0] + 1) & (real < act[1] - 1)
     assert np.all(np.abs(out[inside] - real[inside]) <= 1.01)
 
@@ -168,11 +184,14 @@ def test_global_avg_pool(kernels, seed):
     rng = np.random.default_rng(seed)
     n, h, w, c = rng.integers(1, 3), rng.integers(1, 9), rng.integers(1, 9), rng.integers(1, 17)
     requant = qarith.quantize_multiplier(float(rng.uniform(0.2, 3.0)) / (h * w))
+    z_in, z_out = random_zero_point(rng), random_zero_point(rng, output=True)
     x = rng.integers(-128, 128, (n, h, w, c), dtype=np.int8)
-    q = QNode(Node("global_avg_pool2d", [0], 1), {"requant": requant})
+    q = QNode(Node("global_avg_pool2d", [0], 1), {"requant": requant, "input_zero_point": z_in,
+                                                   "output_zero_point": z_out}, kernels.rounding)
     expected = reference.global_avg_pool2d(x, q, (n, c))
     out = np.zeros((n, c), np.int8)
-    assert kernels.b8_global_avg_pool_s8(requant.multiplier, requant.shift, ctypes.byref(Dims(n, h, w, c)), ptr(x, i8), ptr(out, i8)) == 0
+    assert kernels.b8_global_avg_pool_s8(requant.multiplier, requant.shift, z_in, z_out, ctypes.byref(Dims(n, h, w, c)),
+                                         ptr(x, i8), ptr(out, i8)) == 0
     np.testing.assert_array_equal(out, expected)
 
 
@@ -184,12 +203,14 @@ def test_dense(kernels, seed):
     weight = rng.integers(-127, 128, (units, depth), dtype=np.int8)
     bias = rng.integers(-(1 << 16), 1 << 16, units).astype(np.int32)
     multiplier, shift = random_requant(rng, units, depth)
-    act = random_act(rng)
-    q = QNode(Node("dense", [0], 1), {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift, "act_min": act[0], "act_max": act[1]})
+    z_out = random_zero_point(rng, output=True)
+    act = random_act(rng, z_out)
+    q = QNode(Node("dense", [0], 1), {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
+                                      "output_zero_point": z_out, "act_min": act[0], "act_max": act[1]}, kernels.rounding)
     expected = reference.dense(x, q)
     out = np.zeros((batches, units), np.int8)
     status = kernels.b8_dense_s8(
-        ctypes.byref(requant_params(multiplier, shift, act)), int(batches), int(depth), int(units),
+        ctypes.byref(requant_params(multiplier, shift, act, z_out)), int(batches), int(depth), int(units),
         ptr(x, i8), ptr(weight, i8), ptr(bias, i32), ptr(out, i8),
     )
     assert status == 0
@@ -201,8 +222,11 @@ def test_requantize_matches_over_the_whole_range(kernels):
     in [-31, 30], multipliers up to 2^31 - 1, accumulators at the int32 limits and ties."""
     rng = np.random.default_rng(7)
     accs = np.concatenate([[-(2**31), 2**31 - 1, 0, 1, -1, 3, -3], rng.integers(-(2**31), 2**31, 100)])
-    # Small accumulators too, so that results land inside int8 at every shift.
-    accs = np.concatenate([accs, accs >> 24, accs >> 40 - 31 + 24])
+    # Small accumulators too, so that results land inside int8 at every shift, and odd ones next
+    # to the ties of every shift.
+    ties = np.concatenate([[(1 << k) + d, -(1 << k) + d] for k in range(31) for d in (-1, 0, 1)])
+    accs = np.concatenate([accs, accs >> 24, accs >> 30, ties]).astype(np.int64)
+    accs = accs[(accs >= -(2**31)) & (accs < 2**31)]
     grid = [(a, m, s) for s in range(-31, 31) for m in (1 << 30, (1 << 31) - 1, 1518500250) for a in accs]
     acc, multiplier, shift = (np.array(col, dtype=np.int32) for col in zip(*grid))
     units = len(grid)
@@ -212,15 +236,58 @@ def test_requantize_matches_over_the_whole_range(kernels):
         ptr(np.zeros((1, 1), np.int8), i8), ptr(np.ones((units, 1), np.int8), i8), ptr(acc, i32), ptr(out, i8),
     )
     assert status == 0
-    expected = qarith.clamp_s8(qarith.requantize(acc, multiplier, shift))
+    expected = qarith.clamp_s8(qarith.requantize(acc, multiplier, shift, kernels.rounding))
     np.testing.assert_array_equal(out[0], expected)
     assert len(np.unique(expected)) > 200  # not just saturated values
 
 
-def test_requantize_rounds_ties_up():
+@pytest.mark.parametrize("rounding, expected", [
+    ("single", [3, -2, 2, -1, 1, -1]),
+    ("single-away", [3, -3, 2, -2, 1, -1]),
+    # The first rounding (to 32 bits) rounds ties up, the second (the shift) away from zero:
+    # 5 x 0.58 / 2 = 1.45 becomes 2.9 -> 3, then 1.5 -> 2.
+    ("tflite", [3, -2, 2, -1, 2, -2]),
+])
+def test_requantize_ties(rounding, expected):
     half = qarith.FixedPoint(1 << 30, 0)  # x0.5
-    got = qarith.requantize(np.array([5, -5, 3, -3]), half.multiplier, half.shift)
-    np.testing.assert_array_equal(got, [3, -2, 2, -1])
+    got = qarith.requantize(np.array([5, -5, 3, -3]), half.multiplier, half.shift, rounding)
+    double = qarith.requantize(np.array([5, -5]), 1245540515, -1, rounding)  # x0.29
+    np.testing.assert_array_equal(np.concatenate([got, double]), expected)
+
+
+def test_tflite_rounding_is_gemmlowp_step_by_step():
+    """The numpy image of TFLite's double rounding against a transcription of its two steps, one
+    value at a time, on accumulators next to every tie and random ones."""
+
+    def srdhm(a: int, b: int) -> int:  # gemmlowp: the nudged product, divided truncating toward 0
+        nudged = a * b + ((1 << 30) if a * b >= 0 else 1 - (1 << 30))
+        return abs(nudged) // (1 << 31) * (1 if nudged >= 0 else -1)
+
+    def rdbpot(x: int, exponent: int) -> int:
+        mask = (1 << exponent) - 1
+        remainder, threshold = x & mask, (mask >> 1) + (1 if x < 0 else 0)
+        return (x >> exponent) + (1 if remainder > threshold else 0)
+
+    rng = np.random.default_rng(3)
+    cases = [(int(a), int(m), int(s)) for a, m, s in zip(
+        rng.integers(-(1 << 20), 1 << 20, 3000), rng.integers(1 << 30, 1 << 31, 3000), rng.integers(-20, 4, 3000))]
+    cases += [(k * (1 << e) // 2 + d, 1 << 30, -e) for e in range(1, 8) for k in range(-9, 10) for d in (-1, 0, 1)]
+    for acc, m, s in cases:
+        x = acc << max(s, 0)
+        want = rdbpot(srdhm(x, m), max(-s, 0))
+        assert int(qarith.requantize(acc, m, s, "tflite")) == want, (acc, m, s)
+
+
+@pytest.mark.parametrize("rounding", ["single", "tflite", "single-away"])
+def test_rounding_divide(rounding):
+    totals = np.arange(-50, 51)
+    for count in range(1, 10):
+        got = qarith.rounding_divide(totals, count, rounding)
+        exact = totals / count
+        assert np.all(np.abs(got - exact) <= 0.5)
+        ties = np.abs(np.abs(exact - np.trunc(exact)) - 0.5) < 1e-9
+        want = np.floor(exact + 0.5) if rounding == "single" else np.sign(exact) * np.floor(np.abs(exact) + 0.5)
+        np.testing.assert_array_equal(got[ties], want[ties])
 
 
 @pytest.mark.parametrize("real", [1e-12, 3e-10, 0.001, 0.4999999, 0.5, 0.75, 1.0, 1.9999999999, 3.0, 1234.5])
@@ -238,18 +305,21 @@ def test_quantize_multiplier_is_accurate(real):
 def test_boundary_conversions(kernels, seed):
     rng = np.random.default_rng(seed)
     n, c, h, w = rng.integers(1, 3), rng.integers(1, 5), rng.integers(1, 6), rng.integers(1, 6)
-    scale = float(2.0 ** rng.integers(-6, 2))
-    x = (rng.integers(-300, 300, (n, c, h, w)) / 2 * scale).astype(np.float32)  # many exact ties
-    expected = layout.to_storage(qarith.quantize_tensor(x, scale))
+    quant = qarith.ActivationQuant(float(2.0 ** rng.integers(-6, 2)), random_zero_point(rng))
+    x = (rng.integers(-300, 300, (n, c, h, w)) / 2 * quant.scale).astype(np.float32)  # many exact ties
+    x.ravel()[::7] *= np.float32(1.0 + 2.0**-20)  # and values next to the ties
+    expected = layout.to_storage(qarith.quantize_tensor(x, quant, kernels.rounding))
     out = np.zeros((n, h, w, c), np.int8)
     dims = Dims(n, h, w, c)
-    assert kernels.b8_quantize_f32(ctypes.c_float(np.float32(1 / scale)), ctypes.byref(dims), x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 0
+    scale = ctypes.c_float(quant.scale)
+    assert kernels.b8_quantize_f32(scale, quant.zero_point, ctypes.byref(dims), x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 0
     np.testing.assert_array_equal(out, expected)
     back = np.zeros((n, c, h, w), np.float32)
-    assert kernels.b8_dequantize_f32(ctypes.c_float(scale), ctypes.byref(dims), x.size, ptr(out, i8), ptr(back, ctypes.c_float)) == 0
-    np.testing.assert_array_equal(back, qarith.dequantize_tensor(layout.to_logical(out), scale))
+    assert kernels.b8_dequantize_f32(ctypes.c_float(quant.scale), quant.zero_point, ctypes.byref(dims), x.size,
+                                     ptr(out, i8), ptr(back, ctypes.c_float)) == 0
+    np.testing.assert_array_equal(back, qarith.dequantize_tensor(layout.to_logical(out), quant))
     x.ravel()[rng.integers(0, x.size)] = np.nan
-    assert kernels.b8_quantize_f32(ctypes.c_float(1.0), None, x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 1
+    assert kernels.b8_quantize_f32(ctypes.c_float(1.0), 0, None, x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 1
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -269,21 +339,77 @@ def test_conv2d_vectorized_epilogue(kernels, seed):
     shift = rng.integers(-31, 1, cout).astype(np.int32)
     typical = 127.0 * 60 * np.sqrt(kh * kw * cin)  # a typical accumulator: mid-range outputs
     shift[rng.random(cout) < 0.6] = -int(np.log2(typical / 64))
-    act = random_act(rng)
+    z_in, z_out = random_zero_point(rng), random_zero_point(rng, output=True)
+    act = (-128, 127)  # the clamps are exercised above; here every output shows the arithmetic
     attrs = {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "groups": 1}
-    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
-              "act_min": act[0], "act_max": act[1], "depthwise": False}
-    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params), (n, cout, oh, ow))
+    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift, "input_zero_point": z_in,
+              "output_zero_point": z_out, "act_min": act[0], "act_max": act[1], "depthwise": False}
+    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params, kernels.rounding), (n, cout, oh, ow))
     filter_dims = ctypes.byref(Dims(*weight.shape))
     packed = np.zeros(kernels.b8_conv2d_s8_packed_size(filter_dims, 1), np.int8)
     kernels.b8_conv2d_s8_pack_filter(filter_dims, 1, ptr(weight, i8), ptr(packed, i8))
     scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
     out = np.zeros((n, oh, ow, cout), np.int8)
     status = kernels.b8_conv2d_s8(
-        ctypes.byref(ConvParams(sh, sw, pad[0], pad[1], dh, dw, 1)), ctypes.byref(requant_params(multiplier, shift, act)),
+        ctypes.byref(ConvParams(sh, sw, pad[0], pad[1], dh, dw, 1, z_in)),
+        ctypes.byref(requant_params(multiplier, shift, act, z_out)),
         ctypes.byref(Dims(n, h, w, cin)), ptr(x, i8), int(nonnegative), filter_dims, ptr(packed, i8), ptr(bias, i32),
         ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8), None, ptr(scratch, i8),
     )
     assert status == 0
     np.testing.assert_array_equal(out, expected)
     assert expected.size < 64 or len(np.unique(expected)) > 3
+
+
+class DoubleRequantParams(ctypes.Structure):
+    _fields_ = [
+        ("mantissa", ctypes.POINTER(ctypes.c_int64)),
+        ("exponent", ctypes.POINTER(ctypes.c_int32)),
+        ("act_min", ctypes.c_int32),
+        ("act_max", ctypes.c_int32),
+        ("output_zero_point", ctypes.c_int32),
+    ]
+
+
+def test_double_requantization_is_computed_exactly_in_integers(kernels):
+    """b8_requantize_f64 (through a dense layer whose accumulators are its biases) against numpy's
+    own double product and C's round(): factors of every magnitude with all 53 bits in use,
+    accumulators at the int32 limits, and products built to sit on and next to the ties."""
+    rng = np.random.default_rng(11)
+    reals = np.exp(rng.uniform(np.log(1e-6), np.log(4.0), 400))
+    accs = np.concatenate([[-(2**31), 2**31 - 1, 0, 1, -1], rng.integers(-(2**31), 2**31, 200),
+                           rng.integers(-(2**20), 2**20, 200)])
+    grid_acc = rng.choice(accs, 4000)
+    grid_real = rng.choice(reals, 4000)
+    # Ties: acc * real = k + 1/2 exactly (real = (2k + 1) / (2 acc)), and one ulp either side.
+    k, acc = rng.integers(-100, 100, 1000), rng.integers(1, 1 << 12, 1000) * rng.choice([-1, 1], 1000)
+    tie_real = np.abs((2 * k + 1) / (2.0 * acc))
+    tie_real = np.concatenate([tie_real, np.nextafter(tie_real, 0), np.nextafter(tie_real, 1)])
+    grid_acc = np.concatenate([grid_acc, np.tile(acc, 3)]).astype(np.int32)
+    grid_real = np.concatenate([grid_real, tie_real])
+    parts = [qarith.double_parts(float(r)) for r in grid_real]
+    mantissa = np.array([m for m, _ in parts], np.int64)
+    exponent = np.array([e for _, e in parts], np.int32)
+    units = len(grid_acc)
+    out = np.zeros((1, units), np.int8)
+    params = DoubleRequantParams(ptr(mantissa, ctypes.c_int64), ptr(exponent, i32), -128, 127, 3)
+    status = kernels.b8_dense_s8_double_requant(
+        ctypes.byref(params), 1, 1, units, ptr(np.zeros((1, 1), np.int8), i8),
+        ptr(np.ones((units, 1), np.int8), i8), ptr(grid_acc, i32), ptr(out, i8),
+    )
+    assert status == 0
+    expected = qarith.clamp_s8(qarith.requantize_double(grid_acc, grid_real) + 3)
+    np.testing.assert_array_equal(out[0], expected)
+    assert len(np.unique(expected)) > 200
+    # C's round() on the double product, for the record: numpy's image is that.
+    v = grid_acc.astype(np.float64) * grid_real
+    np.testing.assert_array_equal(qarith.requantize_double(grid_acc, grid_real), np.vectorize(_c_round)(v))
+
+
+def _c_round(v: float) -> int:
+    """C's round(): half away from zero, computed exactly with fractions."""
+    from fractions import Fraction
+
+    f = Fraction(v)
+    magnitude = int(abs(f) + Fraction(1, 2))
+    return magnitude if f >= 0 else -magnitude

@@ -16,12 +16,20 @@ i8, i32 = ctypes.c_int8, ctypes.c_int32
 SEEDS = range(30)
 
 
-def quantized(op, in_shapes, out_shape, attrs, scales):
-    """A QNode for one op whose inputs are values 0..k-1 and output value k."""
+def quantized(op, in_shapes, out_shape, attrs, quants, rounding="single"):
+    """A QNode for one op whose inputs are values 0..k-1 and output value k; `quants` are their
+    ActivationQuants (or plain scales, zero point 0)."""
     k = len(in_shapes)
     shapes = {**dict(enumerate(in_shapes)), k: out_shape}
     node = Node(op, list(range(k)), k, attrs, composite=f"ccompiler.{op}")
-    return quantize_node(node, Graph("test", list(range(k)), [k], shapes, [node]), dict(enumerate(scales)))
+    quants = [q if isinstance(q, qarith.ActivationQuant) else qarith.ActivationQuant(q) for q in quants]
+    return quantize_node(node, Graph("test", list(range(k)), [k], shapes, [node]), dict(enumerate(quants)), rounding)
+
+
+def random_quant(rng) -> qarith.ActivationQuant:
+    """A scale in [e^-3, 1] and a zero point: 0 half the time (symmetric), else anywhere in int8."""
+    zero_point = 0 if rng.random() < 0.5 else int(rng.integers(-128, 128))
+    return qarith.ActivationQuant(float(np.exp(rng.uniform(-3, 0))), zero_point)
 
 
 def random_int8(rng, shape):
@@ -56,24 +64,24 @@ def test_avg_pool2d(kernels, seed):
     oh, ow = size(h, kh, sh, ph), size(w, kw, sw, pw)
     attrs = {"pool_size": [kh, kw], "strides": [sh, sw], "padding": [ph, pw, ph, pw], "dilation": [1, 1],
              "ceil_mode": ceil_mode, "count_include_pad": include_pad}
-    s_in, s_out = np.exp(rng.uniform(-3, 0, 2))
-    q = quantized("avg_pool2d", [(n, c, h, w)], (n, c, oh, ow), attrs, [s_in, s_out])
+    quant = random_quant(rng)  # the output keeps it
+    q = quantized("avg_pool2d", [(n, c, h, w)], (n, c, oh, ow), attrs, [quant, quant], kernels.rounding)
     x = random_int8(rng, (n, h, w, c))
     expected = reference.avg_pool2d(x, q, (n, c, oh, ow))
     out = np.zeros((n, oh, ow, c), np.int8)
     status = kernels.b8_avg_pool2d_s8(
-        ctypes.byref(PoolParams(kh, kw, sh, sw, ph, pw, 1, 1)), int(include_pad),
-        ptr(q.params["multiplier"], i32), ptr(q.params["shift"], i32),
+        ctypes.byref(PoolParams(kh, kw, sh, sw, ph, pw, 1, 1)), int(include_pad), q.params["pad_value"],
         ctypes.byref(Dims(n, h, w, c)), ptr(x, i8), ctypes.byref(Dims(n, oh, ow, c)), ptr(out, i8),
     )
     assert status == 0
     np.testing.assert_array_equal(out, expected)
-    # And it is an average: within an LSB of the exact mean, rescaled.
+    # And it is an average of the real values (padding is real 0): within half an LSB.
     import torch
 
     exact = torch.nn.functional.avg_pool2d(
-        torch.from_numpy(layout.to_logical(x).astype(np.float64)), (kh, kw), (sh, sw), (ph, pw), ceil_mode, include_pad
-    ).numpy() * s_in / s_out
+        torch.from_numpy(layout.to_logical(x).astype(np.float64) - quant.zero_point), (kh, kw), (sh, sw), (ph, pw),
+        ceil_mode, include_pad,
+    ).numpy() + quant.zero_point
     inside = np.abs(exact) < 126
     assert np.all(np.abs(layout.to_logical(out)[inside] - exact[inside]) <= 0.5 + 1e-6)
 
@@ -134,8 +142,8 @@ def test_pad(kernels, seed):
     shape = tuple(int(d) for d in rng.integers(1, 5, rank))
     pads = [(0, 0)] + [tuple(int(p) for p in rng.integers(0, 3, 2)) for _ in range(rank - 1)]
     out_shape = tuple(d + a + b for d, (a, b) in zip(shape, pads))
-    scale = 0.05
-    q = quantized("pad", [shape], out_shape, {"pads": pads, "value": float(rng.uniform(-8, 8))}, [scale, scale])
+    quant = qarith.ActivationQuant(0.05, 0 if rng.random() < 0.5 else int(rng.integers(-128, 128)))
+    q = quantized("pad", [shape], out_shape, {"pads": pads, "value": float(rng.uniform(-8, 8))}, [quant, quant])
     x = random_int8(rng, layout.storage_shape(shape))
     out = np.zeros(math.prod(out_shape), np.int8)
     stored = int32_array(q.params["shape"])
@@ -160,12 +168,14 @@ def test_concat(kernels, seed):
         shapes.append(tuple(shape))
     out_shape = list(base)
     out_shape[axis] = sum(s[axis] for s in shapes)
-    scales = list(np.exp(rng.uniform(-3, 0, k + 1)))
-    q = quantized("concat", shapes, tuple(out_shape), {"axis": axis}, scales)
+    q = quantized("concat", shapes, tuple(out_shape), {"axis": axis}, [random_quant(rng) for _ in range(k + 1)],
+                  kernels.rounding)
     xs = [random_int8(rng, layout.storage_shape(s)) for s in shapes]
     out = np.zeros(math.prod(out_shape), np.int8)
     parts = (ctypes.POINTER(ctypes.c_int8) * k)(*[ptr(x, i8) for x in xs])
-    status = kernels.b8_concat_s8(k, parts, ptr(int32_array(q.params["inner"]), i32),
-                                  ptr(q.params["multiplier"], i32), ptr(q.params["shift"], i32), q.params["outer"], ptr(out, i8))
+    p = q.params
+    status = kernels.b8_concat_s8(k, parts, ptr(int32_array(p["inner"]), i32), ptr(p["multiplier"], i32),
+                                  ptr(p["shift"], i32), ptr(p["zero_points"], i32), p["output_zero_point"], p["outer"],
+                                  ptr(out, i8))
     assert status == 0
     np.testing.assert_array_equal(out, reference.concat(xs, q).ravel())

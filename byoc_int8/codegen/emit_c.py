@@ -383,14 +383,16 @@ class RegionEmitter:
             m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
             s = self._const(f"{tag}_shift", "int32_t", p["shift"])
             self.body.append(
-                f"    static const b8_requant_params rq = {{{m}, {s}, {p['act_min']}, {p['act_max']}}};"
+                f"    static const b8_requant_params rq = {{{m}, {s}, {p['act_min']}, {p['act_max']}, "
+                f"{p['output_zero_point']}}};"
             )
             if qn.op == "conv2d":
                 top, left = a["padding"][0], a["padding"][1]
                 sh, sw = a["strides"]
                 dh, dw = a["dilation"]
                 self.body += [
-                    f"    static const b8_conv_params cp = {{{sh}, {sw}, {top}, {left}, {dh}, {dw}, {a['groups']}}};",
+                    f"    static const b8_conv_params cp = {{{sh}, {sw}, {top}, {left}, {dh}, {dw}, {a['groups']}, "
+                    f"{p['input_zero_point']}}};",
                     f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
                     f"    static const b8_dims filter_dims = {_dims(p['weight'].shape)};",
                 ]
@@ -431,20 +433,20 @@ class RegionEmitter:
                     f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");',
                 ]
             else:
-                m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
-                s = self._const(f"{tag}_shift", "int32_t", p["shift"])
-                self._call(label, f"b8_avg_pool2d_s8(&pp, {int(a['count_include_pad'])}, {m}, {s}, &in_dims, "
-                                  f"{src}, &out_dims, {dst})")
+                self._call(label, f"b8_avg_pool2d_s8(&pp, {int(a['count_include_pad'])}, {p['pad_value']}, "
+                                  f"&in_dims, {src}, &out_dims, {dst})")
         elif qn.op == "global_avg_pool2d":
             r = p["requant"]
             self.body.append(f"    static const b8_dims in_dims = {_dims(in_dims)};")
-            self._call(label, f"b8_global_avg_pool_s8({r.multiplier}, {r.shift}, &in_dims, {src}, {dst})")
+            self._call(label, f"b8_global_avg_pool_s8({r.multiplier}, {r.shift}, {p['input_zero_point']}, "
+                              f"{p['output_zero_point']}, &in_dims, {src}, {dst})")
         elif qn.op == "add":
             r = p["rescale"]
             self.body.append(
                 f"    static const b8_add_params ap = {{{r.left_shift}, {r.input1.multiplier}, {r.input1.shift}, "
                 f"{r.input2.multiplier}, {r.input2.shift}, {r.output.multiplier}, {r.output.shift}, "
-                f"{p['act_min']}, {p['act_max']}}};"
+                f"{p['act_min']}, {p['act_max']}, {p['input1_zero_point']}, {p['input2_zero_point']}, "
+                f"{p['output_zero_point']}}};"
             )
             size = math.prod(self.g.shapes[n.output])
             src2 = self._buffer(n.inputs[1], plan)
@@ -463,8 +465,10 @@ class RegionEmitter:
                 f"    static const int32_t inner[{k}] = {{{_c_ints(p['inner'])}}};",
                 f"    static const int32_t mult[{k}] = {{{_c_ints(p['multiplier'])}}};",
                 f"    static const int32_t shift[{k}] = {{{_c_ints(p['shift'])}}};",
+                f"    static const int32_t zero_points[{k}] = {{{_c_ints(p['zero_points'])}}};",
             ]
-            self._call(label, f"b8_concat_s8({k}, parts, inner, mult, shift, {p['outer']}, {dst})")
+            self._call(label, f"b8_concat_s8({k}, parts, inner, mult, shift, zero_points, {p['output_zero_point']}, "
+                              f"{p['outer']}, {dst})")
         elif qn.op == "pad":
             rank = len(p["shape"])
             self.body += [
@@ -503,10 +507,10 @@ class RegionEmitter:
         self.body.append(f"static int {self.symbol}_run(float* const* inputs, float* const* outputs, int8_t* arena) {{")
         for i, v in enumerate(self.g.inputs):
             dims = self._boundary_dims(v, f"input{i}_dims")
-            scale = self.q.scales[v]
+            quant = self.q.quants[v]
             size = math.prod(self.g.shapes[v])
             self.body.append(
-                f"  if (b8_quantize_f32({_c_float(1.0 / scale)}, {dims}, {size}, inputs[{i}], "
+                f"  if (b8_quantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, inputs[{i}], "
                 f"{self._buffer(v, plan)}) != B8_OK)\n"
                 f'    return b8_fail("{self.symbol}: input {i} contains NaN or infinity");'
             )
@@ -515,8 +519,9 @@ class RegionEmitter:
         for i, v in enumerate(self.g.outputs):
             dims = self._boundary_dims(v, f"output{i}_dims")
             size = math.prod(self.g.shapes[v])
+            quant = self.q.quants[v]
             self.body.append(
-                f"  b8_dequantize_f32({_c_float(self.q.scales[v])}, {dims}, {size}, "
+                f"  b8_dequantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
                 f"{self._buffer(v, plan)}, outputs[{i}]);"
             )
         self.body += ["  return 0;", "}", ""]
@@ -552,14 +557,23 @@ class RegionEmitter:
         return "\n".join([header] + self.consts + [""] + self.body + entry)
 
 
+# B8_ROUNDING of the kernels for each rounding of qarith.ROUNDINGS.
+ROUNDING_MACROS = {"single": "B8_ROUND_SINGLE", "tflite": "B8_ROUND_TFLITE", "single-away": "B8_ROUND_SINGLE_AWAY"}
+
+
 def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None) -> str:
     """The whole C translation unit for a list of (symbol, quantized region).
 
     `simd` selects the kernel implementation compiled in: "avx512vnni", "avx2" or "portable"
-    (default: the fastest this machine runs)."""
+    (default: the fastest this machine runs). The kernels are compiled in the regions' rounding,
+    which must be one for the whole module."""
     simd = simd or default_simd()
     if simd not in SIMD_PRELUDE:
         raise ValueError(f"unknown kernel implementation {simd!r}; choose from {sorted(SIMD_PRELUDE)}")
-    parts = [PRELUDE, SIMD_PRELUDE[simd], runtime_source(), ENTRY_HELPERS]
+    roundings = {q.format.rounding for _, q in regions}
+    if len(roundings) != 1:
+        raise ValueError(f"one module needs one rounding; its regions use {sorted(roundings)}")
+    rounding = f"#define B8_ROUNDING {ROUNDING_MACROS[roundings.pop()]}\n"
+    parts = [PRELUDE, SIMD_PRELUDE[simd], rounding, runtime_source(), ENTRY_HELPERS]
     parts += [RegionEmitter(symbol, q, simd).emit() for symbol, q in regions]
     return "\n".join(parts)

@@ -6,10 +6,14 @@
  * same integer results; nothing else in the generated code needs to change.
  *
  * Conventions
- *  - Activations are int8, symmetric (zero point 0), in NHWC layout (channels innermost).
+ *  - Activations are int8 in NHWC layout (channels innermost), real = scale * (q - zero_point);
+ *    the zero point is 0 for symmetric activations (TFLite's int8 specification).
  *  - Weights are int8 in [-127, 127], symmetric, per output channel; conv filters are OHWI.
- *  - Accumulators are int32. Every int8 result is produced by b8_requantize() followed by a
- *    clamp to [act_min, act_max] (relu is act_min = 0).
+ *  - Accumulators are int32. Every int8 result is produced by b8_requantize(), plus the output
+ *    zero point, clamped to [act_min, act_max] (relu is act_min = the output zero point).
+ *  - Convolution and dense kernels compute sum(x * w) + bias over their input padded with
+ *    pad_value; the code generator sets pad_value to the input zero point and folds
+ *    -zero_point * sum(w) into the bias, which is TFLite's sum((x - zero_point) * w) + bias.
  *  - Kernels never allocate and never abort: they return a b8_status.
  *
  * The arithmetic is defined in byoc_int8/qarith.py; b8_requantize below is its C image and
@@ -40,6 +44,21 @@ extern "C" {
 #define B8_USE_AVX2 B8_USE_AVX512VNNI
 #endif
 
+/* Rounding of every requantization, fixed when the kernels are compiled (byoc_int8/qarith.py
+ * defines each exactly):
+ *  B8_ROUND_SINGLE       one rounding, ties toward +infinity (= TFLITE_SINGLE_ROUNDING);
+ *  B8_ROUND_TFLITE       TFLite's default double rounding (SaturatingRoundingDoublingHighMul,
+ *                        then RoundingDivideByPOT);
+ *  B8_ROUND_SINGLE_AWAY  one rounding, ties away from zero.
+ * Average pooling's division by the window count rounds ties the same way (up for SINGLE, away
+ * from zero for the other two). */
+#define B8_ROUND_SINGLE 0
+#define B8_ROUND_TFLITE 1
+#define B8_ROUND_SINGLE_AWAY 2
+#ifndef B8_ROUNDING
+#define B8_ROUNDING B8_ROUND_SINGLE
+#endif
+
 typedef enum {
   B8_OK = 0,
   B8_ERROR_ARGUMENT = 1 /* inconsistent shapes or parameters */
@@ -52,18 +71,20 @@ typedef struct {
 } b8_dims;
 
 /* Output stage shared by the kernels that requantize: one (multiplier, shift) pair per output
- * channel, then a clamp. */
+ * channel, the output zero point, then a clamp. */
 typedef struct {
   const int32_t* multiplier; /* Q0.31, in [2^30, 2^31) or 0 */
   const int32_t* shift;      /* left shift, in [-31, 30]; negative shifts right */
-  int32_t act_min, act_max;
+  int32_t act_min, act_max;  /* clamp, in the output's int8 codes (zero point included) */
+  int32_t output_zero_point; /* added after requantization, before the clamp */
 } b8_requant_params;
 
 typedef struct {
   int32_t stride_h, stride_w;
   int32_t pad_top, pad_left; /* bottom / right padding follow from the output shape */
   int32_t dilation_h, dilation_w;
-  int32_t groups; /* input and output channels split into this many independent groups */
+  int32_t groups;    /* input and output channels split into this many independent groups */
+  int32_t pad_value; /* what padded input positions read: the input zero point */
 } b8_conv_params;
 
 typedef struct {
@@ -73,15 +94,16 @@ typedef struct {
   int32_t dilation_h, dilation_w;
 } b8_pool_params;
 
-/* Elementwise add of two tensors with different scales (TFLite's scheme, zero points 0):
- * each input is shifted left by left_shift, rescaled to a common scale, the two are added in
- * int32 and the sum is requantized to the output scale. */
+/* Elementwise add of two tensors with different scales (TFLite's scheme): each input less its
+ * zero point is shifted left by left_shift and rescaled to a common scale, the two are added in
+ * int32, and the sum is requantized to the output scale and offset by the output zero point. */
 typedef struct {
   int32_t left_shift;
   int32_t input1_multiplier, input1_shift;
   int32_t input2_multiplier, input2_shift;
   int32_t output_multiplier, output_shift;
   int32_t act_min, act_max;
+  int32_t input1_zero_point, input2_zero_point, output_zero_point;
 } b8_add_params;
 
 /* Helpers inlined into every kernel, even where the including file is compiled without
@@ -93,12 +115,69 @@ typedef struct {
 #define B8_INLINE static inline
 #endif
 
-/* The fixed-point requantization: round(acc * multiplier * 2^(shift - 31)), one rounding step,
- * ties toward +infinity. See byoc_int8/qarith.py for why and how it relates to TFLite. */
+/* The fixed-point requantization: acc * multiplier * 2^(shift - 31), rounded as B8_ROUNDING
+ * says. See byoc_int8/qarith.py for the exact definitions and how they relate to TFLite. */
 B8_INLINE int64_t b8_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  /* x = acc << max(shift, 0) wraps in int32 as in TFLite; SaturatingRoundingDoublingHighMul is
+   * floor((x * M + 2^30) / 2^31) (it saturates only for M = -2^31, never a multiplier here);
+   * RoundingDivideByPOT shifts right rounding ties away from zero. */
+  const int32_t x = (int32_t)((uint32_t)acc << (shift > 0 ? shift : 0));
+  const int32_t high = (int32_t)(((int64_t)x * multiplier + ((int64_t)1 << 30)) >> 31);
+  const int32_t exponent = shift > 0 ? 0 : -shift;
+  const int32_t mask = (int32_t)(((int64_t)1 << exponent) - 1);
+  const int32_t threshold = (mask >> 1) + (high < 0);
+  return (int64_t)(high >> exponent) + ((high & mask) > threshold);
+#else
   const int32_t right = 31 - shift; /* in [1, 62] */
   const int64_t product = (int64_t)acc * (int64_t)multiplier;
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  const int64_t magnitude = ((product < 0 ? -product : product) + ((int64_t)1 << (right - 1))) >> right;
+  return product < 0 ? -magnitude : magnitude;
+#else
   return (product + ((int64_t)1 << (right - 1))) >> right;
+#endif
+#endif
+}
+
+/* round(acc * mantissa * 2^exponent) as C computes round((double)acc * real) for the double
+ * real = mantissa * 2^exponent (mantissa in [2^52, 2^53)): the product rounded to 53 significant
+ * bits (ties to even), then to an integer (ties away from zero). This is TFLite's reference
+ * FULLY_CONNECTED requantization, computed in integers. */
+B8_INLINE int64_t b8_requantize_f64(int32_t acc, int64_t mantissa, int32_t exponent) {
+  /* |acc| * mantissa < 2^84 as hi:lo. */
+  const uint64_t a = acc < 0 ? (uint64_t)0 - (uint64_t)(int64_t)acc : (uint64_t)acc;
+  const uint64_t low = a * ((uint64_t)mantissa & 0xFFFFFFFFu), mid = a * ((uint64_t)mantissa >> 32);
+  const uint64_t lo = low + (mid << 32), hi = (mid >> 32) + (lo < low);
+  int32_t bits = hi ? 64 : 0;
+  for (uint64_t top = hi ? hi : lo; top; top >>= 1) ++bits;
+  /* Keep 53 significant bits (cut <= 31), rounding the rest to nearest, ties to even. */
+  const int32_t cut = bits > 53 ? bits - 53 : 0;
+  uint64_t kept = lo, magnitude;
+  if (cut > 0) {
+    const uint64_t rest = lo & (((uint64_t)1 << cut) - 1), half = (uint64_t)1 << (cut - 1);
+    kept = (lo >> cut) | (hi << (64 - cut));
+    kept += rest > half || (rest == half && (kept & 1));
+  }
+  const int32_t scale = cut + exponent; /* the value is kept * 2^scale */
+  if (scale >= 0) {
+    magnitude = scale > 10 ? (uint64_t)1 << 62 : kept << scale; /* far beyond int8: saturates */
+  } else if (scale < -62) {
+    magnitude = 0;
+  } else {
+    magnitude = (kept + ((uint64_t)1 << (-scale - 1))) >> -scale; /* ties away from zero */
+  }
+  return acc < 0 ? -(int64_t)magnitude : (int64_t)magnitude;
+}
+
+/* total / count (count >= 1) to the nearest integer, ties as B8_ROUNDING rounds them. */
+B8_INLINE int32_t b8_rounding_divide(int32_t total, int32_t count) {
+#if B8_ROUNDING == B8_ROUND_SINGLE
+  const int64_t twice = 2 * (int64_t)total + count, denominator = 2 * (int64_t)count;
+  return (int32_t)(twice >= 0 ? twice / denominator : -((-twice + denominator - 1) / denominator));
+#else
+  return total >= 0 ? (total + count / 2) / count : -((-total + count / 2) / count);
+#endif
 }
 
 B8_INLINE int8_t b8_clamp_s8(int64_t value, int32_t lo, int32_t hi) {
@@ -139,24 +218,24 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
                                         int8_t* output, const b8_pixels* pixels);
 
 /* Max pooling over `pixels` (NULL: all); padded positions never win. The output keeps the input's
- * scale. */
+ * scale and zero point. */
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
                                   const int8_t* input, const b8_dims* output_dims,
                                   int8_t* output, const b8_pixels* pixels);
 
-/* Average pooling: the int32 sum of each window is requantized with the (multiplier, shift) pair
- * for the window's divisor (index 1 .. kernel_h * kernel_w; the factors fold in 1 / divisor and
- * the rescale). The divisor counts the in-bounds positions, or with count_include_pad the
- * positions inside the padded input (PyTorch's rule). */
+/* Average pooling: the int32 sum of each window divided by the window's count with
+ * b8_rounding_divide; the output keeps the input's scale and zero point (TFLite's AVERAGE_POOL_2D).
+ * The count is the in-bounds positions, or with count_include_pad the positions inside the
+ * padded input (PyTorch's rule), which then add pad_value (the zero point) to the sum. */
 B8_API b8_status b8_avg_pool2d_s8(const b8_pool_params* pool, int32_t count_include_pad,
-                                  const int32_t* multiplier_by_count, const int32_t* shift_by_count,
-                                  const b8_dims* input_dims, const int8_t* input,
+                                  int32_t pad_value, const b8_dims* input_dims, const int8_t* input,
                                   const b8_dims* output_dims, int8_t* output);
 
-/* Mean over H and W: int32 sum, then one requantization (multiplier folds in 1 / (H * W)). */
-B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift,
-                                       const b8_dims* input_dims, const int8_t* input,
-                                       int8_t* output);
+/* Mean over H and W: the int32 sum of (x - input_zero_point), one requantization (the multiplier
+ * folds in 1 / (H * W) and the rescale), plus output_zero_point. */
+B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_t input_zero_point,
+                                       int32_t output_zero_point, const b8_dims* input_dims,
+                                       const int8_t* input, int8_t* output);
 
 /* out = requant(in1, in2), elementwise over `size` values. */
 B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
@@ -167,14 +246,31 @@ B8_API b8_status b8_dense_s8(const b8_requant_params* quant, int32_t batches, in
                              int32_t units, const int8_t* input, const int8_t* weights,
                              const int32_t* bias, int8_t* output);
 
+/* TFLite's reference FULLY_CONNECTED output stage: per unit, the accumulator times the double
+ * mantissa[u] * 2^exponent[u], rounded by b8_requantize_f64, plus the output zero point, clamped. */
+typedef struct {
+  const int64_t* mantissa; /* in [2^52, 2^53) */
+  const int32_t* exponent;
+  int32_t act_min, act_max;
+  int32_t output_zero_point;
+} b8_double_requant_params;
+
+/* Fully connected with that output stage (imported .tflite models; everything else uses
+ * b8_dense_s8). */
+B8_API b8_status b8_dense_s8_double_requant(const b8_double_requant_params* quant, int32_t batches,
+                                            int32_t depth, int32_t units, const int8_t* input,
+                                            const int8_t* weights, const int32_t* bias, int8_t* output);
+
 /* Clamp to [act_min, act_max] (a relu or clip on its own); the scale is unchanged. */
 B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, const int8_t* input,
                             int8_t* output);
 
 /* Concatenation along one axis: the tensors are viewed as (outer, inner_i) and output row r is
- * the rows r of every input side by side, each requantized to the output scale. */
+ * the rows r of every input side by side, each requantized to the output scale:
+ * requant(x - zero_points[i]) + output_zero_point. */
 B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
-                              const int32_t* multiplier, const int32_t* shift, int32_t outer,
+                              const int32_t* multiplier, const int32_t* shift,
+                              const int32_t* zero_points, int32_t output_zero_point, int32_t outer,
                               int8_t* output);
 
 /* Transpose of a tensor of rank <= 6: output axis i is input axis perm[i]. */
@@ -188,14 +284,16 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
                            int8_t value, const int8_t* input, int8_t* output);
 
 /* Region boundary conversions (the host side of the accelerator's DMA).
- * Quantize: q = clamp(round_half_even(x * inv_scale), -128, 127). With `dims` (the tensor's
- * n, h, w, c) the float input is read in NCHW order and written in NHWC; with NULL both are flat.
- * Returns B8_ERROR_ARGUMENT on NaN or infinity. */
-B8_API b8_status b8_quantize_f32(float inv_scale, const b8_dims* dims, int32_t size,
-                                 const float* input, int8_t* output);
-/* Dequantize: x = (float)q * scale; with `dims`, read in NHWC order and written in NCHW. */
-B8_API b8_status b8_dequantize_f32(float scale, const b8_dims* dims, int32_t size,
-                                   const int8_t* input, float* output);
+ * Quantize: q = clamp(round(x / scale) + zero_point, -128, 127), in float32: with
+ * B8_ROUND_SINGLE x * (1 / scale) rounded half to even, otherwise TFLite's x / scale rounded half
+ * away from zero. With `dims` (the tensor's n, h, w, c) the float input is read in NCHW order and
+ * written in NHWC; with NULL both are flat. Returns B8_ERROR_ARGUMENT on NaN or infinity. */
+B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
+                                 int32_t size, const float* input, int8_t* output);
+/* Dequantize: x = (float)(q - zero_point) * scale; with `dims`, read in NHWC order and written
+ * in NCHW. */
+B8_API b8_status b8_dequantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
+                                   int32_t size, const int8_t* input, float* output);
 
 #ifdef __cplusplus
 }

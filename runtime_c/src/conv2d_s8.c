@@ -27,8 +27,8 @@ static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
 }
 
 /* Gathers the receptive field of output pixel (oy, ox) for one group into `row` (patch bytes);
- * zero points are 0, so padding contributes exact zeros. Without dilation and groups, the taps
- * of one kernel row are contiguous in the input: one copy per kernel row when fully inside. */
+ * padded taps read conv->pad_value. Without dilation and groups, the taps of one kernel row are
+ * contiguous in the input: one copy per kernel row when fully inside. */
 static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dims,
                             const int8_t* image, const b8_dims* filter_dims, int32_t oy, int32_t ox,
                             int32_t channel_offset, int8_t* row) {
@@ -39,7 +39,7 @@ static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dim
   for (int32_t ky = 0; ky < filter_dims->h; ++ky) {
     const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
     if (iy < 0 || iy >= in_h) {
-      memset(row, 0, (size_t)k_w * group_in);
+      memset(row, conv->pad_value, (size_t)k_w * group_in);
       row += k_w * group_in;
       continue;
     }
@@ -52,7 +52,7 @@ static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dim
     for (int32_t kx = 0; kx < k_w; ++kx, row += group_in) {
       const int32_t ix = ix0 + kx * conv->dilation_w;
       if (ix < 0 || ix >= in_w) {
-        memset(row, 0, (size_t)group_in);
+        memset(row, conv->pad_value, (size_t)group_in);
       } else {
         memcpy(row, line + (int64_t)ix * in_c, (size_t)group_in);
       }
@@ -65,10 +65,17 @@ static b8_status b8_conv2d_check(const b8_conv_params* conv, const b8_dims* inpu
   const int32_t groups = conv->groups, in_c = input_dims->c, out_c = output_dims->c;
   if (groups < 1 || in_c % groups || out_c % groups || filter_dims->c * groups != in_c ||
       filter_dims->n != out_c || output_dims->n != input_dims->n || conv->stride_h < 1 ||
-      conv->stride_w < 1 || conv->dilation_h < 1 || conv->dilation_w < 1) {
+      conv->stride_w < 1 || conv->dilation_h < 1 || conv->dilation_w < 1 || conv->pad_value < -128 ||
+      conv->pad_value > 127) {
     return B8_ERROR_ARGUMENT;
   }
   return B8_OK;
+}
+
+/* The scalar output stage: bias, requantization, output zero point, clamp. */
+B8_INLINE int8_t b8_output_s8(int32_t acc, const b8_requant_params* quant, int32_t oc) {
+  return b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]) + quant->output_zero_point,
+                     quant->act_min, quant->act_max);
 }
 
 static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requant_params* quant,
@@ -93,8 +100,7 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
         for (int32_t oc = g * group_out; oc < (g + 1) * group_out; ++oc) {
           int32_t acc = b8_dot_s8(scratch, filter + (int64_t)oc * patch, patch);
           if (bias) acc += bias[oc];
-          out[oc] = b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]),
-                                quant->act_min, quant->act_max);
+          out[oc] = b8_output_s8(acc, quant, oc);
         }
       }
     }
@@ -220,9 +226,11 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
-  /* Scratch: a tile of gathered patches, then `depth` zero bytes read in place of padding rows. */
-  memset(scratch, 0, (size_t)(B8_TILE_PIXELS + 1) * depth);
-  const int8_t* zeros = scratch + B8_TILE_PIXELS * depth;
+  /* Scratch: a tile of gathered patches (zero past the patch, where packed weights are zero too),
+   * then `depth` bytes of the pad value, read in place of padding rows. */
+  memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
+  memset(scratch + B8_TILE_PIXELS * depth, conv->pad_value, (size_t)depth);
+  const int8_t* padding = scratch + B8_TILE_PIXELS * depth;
   /* Without dilation, each kernel row of a pixel whose window lies inside the input horizontally
    * is one contiguous run of k_w * c input bytes: the tile reads those in place instead of a
    * copied patch (runs must be whole 4-byte steps). */
@@ -245,14 +253,14 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   int vector_epilogue = out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
-  const __m256i thirty_one = _mm256_set1_epi32(31);
+  const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
    * waste part of every tile). */
   for (int64_t first = begin; first < end; first += B8_TILE_PIXELS) {
     const int32_t count = end - first < B8_TILE_PIXELS ? (int32_t)(end - first) : B8_TILE_PIXELS;
     for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
       if (p >= count) { /* past the last pixel: any readable bytes do */
-        for (int32_t s = 0; s < segments; ++s) segment[s][p] = zeros;
+        for (int32_t s = 0; s < segments; ++s) segment[s][p] = padding;
         continue;
       }
       const int64_t pixel = first + p, row = pixel / out_w;
@@ -262,7 +270,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       if (in_place && ix0 >= 0 && ix0 + k_w <= in_w) {
         for (int32_t ky = 0; ky < k_h; ++ky) {
           const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-          segment[ky][p] = iy < 0 || iy >= input_dims->h ? zeros
+          segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding
                                                          : image + ((int64_t)iy * in_w + ix0) * in_c;
         }
       } else {
@@ -279,6 +287,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #if B8_USE_AVX512VNNI
         if (vector_epilogue && channels % 16 == 0) {
           const __m512i lo16 = _mm512_set1_epi32(quant->act_min), hi16 = _mm512_set1_epi32(quant->act_max);
+          const __m512i zero_point16 = _mm512_set1_epi32(quant->output_zero_point);
           for (int32_t half = 0; half < channels; half += 16) {
             const int32_t oc = oc0 + half;
             const __m512i mult = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
@@ -287,7 +296,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             const __m512i b = bias ? _mm512_loadu_si512((const void*)(bias + oc)) : _mm512_setzero_si512();
             for (int32_t p = 0; p < count; ++p) {
               const __m512i sum = _mm512_add_epi32(_mm512_loadu_si512((const void*)(acc[p] + half)), b);
-              b8_store_s8x16(out + (int64_t)p * out_c + oc, b8_requantize_x16(sum, mult, right), lo16, hi16);
+              b8_store_s8x16(out + (int64_t)p * out_c + oc,
+                             _mm512_add_epi32(b8_requantize_x16(sum, mult, right), zero_point16), lo16, hi16);
             }
           }
           continue;
@@ -303,7 +313,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                                    : _mm256_setzero_si256();
             for (int32_t p = 0; p < count; ++p) {
               const __m256i sum = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc[p] + half)), b);
-              b8_store_s8x8(out + (int64_t)p * out_c + oc, b8_requantize_x8(sum, mult, right), lo, hi);
+              b8_store_s8x8(out + (int64_t)p * out_c + oc,
+                            _mm256_add_epi32(b8_requantize_x8(sum, mult, right), zero_point), lo, hi);
             }
           }
           continue;
@@ -311,10 +322,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         for (int32_t p = 0; p < count; ++p) {
           for (int32_t c = 0; c < channels; ++c) {
             const int32_t oc = oc0 + c;
-            const int32_t sum = acc[p][c] + (bias ? bias[oc] : 0);
-            out[(int64_t)p * out_c + oc] = b8_clamp_s8(
-                b8_requantize(sum, quant->multiplier[oc], quant->shift[oc]), quant->act_min,
-                quant->act_max);
+            out[(int64_t)p * out_c + oc] = b8_output_s8(acc[p][c] + (bias ? bias[oc] : 0), quant, oc);
           }
         }
       }
@@ -386,9 +394,10 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
     return B8_ERROR_ARGUMENT;
 #endif
 #if B8_USE_AVX2
+  /* Padded taps are read too: they must be non-negative as well to skip the sign handling. */
   if (conv->groups == 1)
-    return b8_conv2d_s8_avx2(conv, quant, input_dims, input, input_nonnegative, filter_dims,
-                             packed_filter, bias, output_dims, output, pixels, scratch);
+    return b8_conv2d_s8_avx2(conv, quant, input_dims, input, input_nonnegative && conv->pad_value >= 0,
+                             filter_dims, packed_filter, bias, output_dims, output, pixels, scratch);
 #endif
   (void)input_nonnegative;
   return b8_conv2d_s8_portable(conv, quant, input_dims, input, filter_dims, packed_filter, bias,
@@ -404,7 +413,7 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   if (in_c < 1 || out_c % in_c || filter_dims->c != out_c || filter_dims->n != 1 ||
       output_dims->n != input_dims->n || conv->stride_h < 1 || conv->stride_w < 1 ||
-      conv->dilation_h < 1 || conv->dilation_w < 1) {
+      conv->dilation_h < 1 || conv->dilation_w < 1 || conv->pad_value < -128 || conv->pad_value > 127) {
     return B8_ERROR_ARGUMENT;
   }
   const int32_t multiplier = out_c / in_c;
@@ -420,16 +429,15 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
         int32_t acc = bias ? bias[oc] : 0;
         for (int32_t ky = 0; ky < filter_dims->h; ++ky) {
           const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-          if (iy < 0 || iy >= in_h) continue;
           for (int32_t kx = 0; kx < filter_dims->w; ++kx) {
             const int32_t ix = ox * conv->stride_w - conv->pad_left + kx * conv->dilation_w;
-            if (ix < 0 || ix >= in_w) continue;
-            acc += (int32_t)image[((int64_t)iy * in_w + ix) * in_c + oc / multiplier] *
-                   (int32_t)filter[((int64_t)ky * filter_dims->w + kx) * out_c + oc];
+            const int32_t x = iy < 0 || iy >= in_h || ix < 0 || ix >= in_w
+                                  ? conv->pad_value
+                                  : image[((int64_t)iy * in_w + ix) * in_c + oc / multiplier];
+            acc += x * (int32_t)filter[((int64_t)ky * filter_dims->w + kx) * out_c + oc];
           }
         }
-        out[oc] = b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]),
-                              quant->act_min, quant->act_max);
+        out[oc] = b8_output_s8(acc, quant, oc);
       }
     }
   }

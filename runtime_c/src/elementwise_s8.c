@@ -4,7 +4,10 @@
 
 B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
                            const int8_t* input2, int8_t* output) {
-  if (params->left_shift < 0 || params->left_shift > 22) return B8_ERROR_ARGUMENT;
+  if (params->left_shift < 0 || params->left_shift > 22 || params->input1_zero_point < -128 ||
+      params->input1_zero_point > 127 || params->input2_zero_point < -128 || params->input2_zero_point > 127) {
+    return B8_ERROR_ARGUMENT;
+  }
   int32_t i = 0;
 #if B8_USE_AVX2
   /* Eight at a time while every factor is below 1 (shifts <= 0), which b8_requantize_x8 needs;
@@ -18,6 +21,9 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
     const __m256i ro = _mm256_set1_epi32(31 - params->output_shift);
     const __m256i lo = _mm256_set1_epi32(params->act_min), hi = _mm256_set1_epi32(params->act_max);
     const __m128i left = _mm_cvtsi32_si128(params->left_shift);
+    const __m256i z1 = _mm256_set1_epi32(params->input1_zero_point);
+    const __m256i z2 = _mm256_set1_epi32(params->input2_zero_point);
+    const __m256i zo = _mm256_set1_epi32(params->output_zero_point);
 #if B8_USE_AVX512VNNI
     const __m512i m1x = _mm512_set1_epi32(params->input1_multiplier);
     const __m512i m2x = _mm512_set1_epi32(params->input2_multiplier);
@@ -26,28 +32,34 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
     const __m512i r2x = _mm512_set1_epi32(31 - params->input2_shift);
     const __m512i rox = _mm512_set1_epi32(31 - params->output_shift);
     const __m512i lox = _mm512_set1_epi32(params->act_min), hix = _mm512_set1_epi32(params->act_max);
+    const __m512i z1x = _mm512_set1_epi32(params->input1_zero_point);
+    const __m512i z2x = _mm512_set1_epi32(params->input2_zero_point);
+    const __m512i zox = _mm512_set1_epi32(params->output_zero_point);
     for (; i + 16 <= size; i += 16) {
-      const __m512i a = b8_requantize_x16(_mm512_sll_epi32(b8_load_s8x16(input1 + i), left), m1x, r1x);
-      const __m512i b = b8_requantize_x16(_mm512_sll_epi32(b8_load_s8x16(input2 + i), left), m2x, r2x);
-      b8_store_s8x16(output + i, b8_requantize_x16(_mm512_add_epi32(a, b), mox, rox), lox, hix);
+      const __m512i x1 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input1 + i), z1x), left);
+      const __m512i x2 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input2 + i), z2x), left);
+      const __m512i sum = _mm512_add_epi32(b8_requantize_x16(x1, m1x, r1x), b8_requantize_x16(x2, m2x, r2x));
+      b8_store_s8x16(output + i, _mm512_add_epi32(b8_requantize_x16(sum, mox, rox), zox), lox, hix);
     }
 #endif
     for (; i + 8 <= size; i += 8) {
-      const __m256i a = b8_requantize_x8(_mm256_sll_epi32(b8_load_s8x8(input1 + i), left), m1, r1);
-      const __m256i b = b8_requantize_x8(_mm256_sll_epi32(b8_load_s8x8(input2 + i), left), m2, r2);
-      b8_store_s8x8(output + i, b8_requantize_x8(_mm256_add_epi32(a, b), mo, ro), lo, hi);
+      const __m256i x1 = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(input1 + i), z1), left);
+      const __m256i x2 = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(input2 + i), z2), left);
+      const __m256i sum = _mm256_add_epi32(b8_requantize_x8(x1, m1, r1), b8_requantize_x8(x2, m2, r2));
+      b8_store_s8x8(output + i, _mm256_add_epi32(b8_requantize_x8(sum, mo, ro), zo), lo, hi);
     }
   }
 #endif
   for (; i < size; ++i) {
-    /* |x| <= 128 << 22 = 2^29 and each rescale multiplies by at most 1/2 (see qarith), so
-     * the two terms and their sum fit in int32. */
-    const int32_t a = (int32_t)b8_requantize((int32_t)input1[i] * (1 << params->left_shift),
+    /* |x - zero_point| <= 255 << 22 < 2^30 and each rescale multiplies by at most 1/2 (see
+     * qarith), so the two terms and their sum fit in int32. */
+    const int32_t a = (int32_t)b8_requantize((input1[i] - params->input1_zero_point) * (1 << params->left_shift),
                                              params->input1_multiplier, params->input1_shift);
-    const int32_t b = (int32_t)b8_requantize((int32_t)input2[i] * (1 << params->left_shift),
+    const int32_t b = (int32_t)b8_requantize((input2[i] - params->input2_zero_point) * (1 << params->left_shift),
                                              params->input2_multiplier, params->input2_shift);
-    output[i] = b8_clamp_s8(b8_requantize(a + b, params->output_multiplier, params->output_shift),
-                            params->act_min, params->act_max);
+    output[i] = b8_clamp_s8(
+        b8_requantize(a + b, params->output_multiplier, params->output_shift) + params->output_zero_point,
+        params->act_min, params->act_max);
   }
   return B8_OK;
 }

@@ -17,24 +17,48 @@ B8_INLINE void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dim
 #if B8_USE_AVX2
 #include <immintrin.h>
 
-/* b8_requantize on 8 lanes (bias added first), exact while shift <= 0: the 64-bit product plus
- * rounding is offset by 2^62 to make it non-negative, shifted logically (AVX2 has no 64-bit
- * arithmetic shift), and the offset, a multiple of 2^right, is taken off again. The result then
- * fits in int32 (|acc * multiplier| < 2^62 and right >= 31). */
+/* b8_requantize on 8 lanes, exact while shift <= 0 (the result then fits in int32), in each
+ * rounding. `right` is 31 - shift. AVX2 has no 64-bit arithmetic shift: products are made
+ * non-negative by an offset of 2^62 (a multiple of every 2^right, taken off after the shift), or
+ * handled as magnitudes. */
 B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i right) {
-  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62), one = _mm256_set1_epi64x(1);
-  const __m256i low = _mm256_set1_epi64x(0xFFFFFFFF);
+  const __m256i one = _mm256_set1_epi64x(1), low = _mm256_set1_epi64x(0xFFFFFFFF);
   const __m256i right_even = _mm256_and_si256(right, low), right_odd = _mm256_srli_epi64(right, 32);
-  __m256i even = _mm256_mul_epi32(acc, multiplier);
-  __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(acc, 32), _mm256_srli_epi64(multiplier, 32));
-  even = _mm256_add_epi64(_mm256_add_epi64(even, offset),
-                          _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one)));
-  odd = _mm256_add_epi64(_mm256_add_epi64(odd, offset),
-                         _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one)));
-  even = _mm256_sub_epi64(_mm256_srlv_epi64(even, right_even),
-                          _mm256_srlv_epi64(offset, right_even));
+  const __m256i multiplier_odd = _mm256_srli_epi64(multiplier, 32);
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  /* sign(acc) * ((|acc| * M + 2^(right - 1)) >> right); |INT32_MIN| is read as unsigned 2^31. */
+  const __m256i magnitude = _mm256_abs_epi32(acc);
+  __m256i even = _mm256_mul_epu32(magnitude, multiplier);
+  __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(magnitude, 32), multiplier_odd);
+  even = _mm256_srlv_epi64(_mm256_add_epi64(even, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one))), right_even);
+  odd = _mm256_srlv_epi64(_mm256_add_epi64(odd, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one))), right_odd);
+  return _mm256_sign_epi32(_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA), acc);
+#else
+  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62);
+  __m256i even = _mm256_add_epi64(_mm256_mul_epi32(acc, multiplier), offset);
+  __m256i odd = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(acc, 32), multiplier_odd), offset);
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  /* high = floor((acc * M + 2^30) / 2^31), then a right shift by -shift = right - 31 that rounds
+   * ties away from zero (RoundingDivideByPOT), on 32-bit lanes. */
+  (void)right_even, (void)right_odd, (void)one;
+  const __m256i half = _mm256_set1_epi64x((int64_t)1 << 30), bias = _mm256_set1_epi64x((int64_t)1 << 31);
+  even = _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(even, half), 31), bias);
+  odd = _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(odd, half), 31), bias);
+  const __m256i high = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  const __m256i exponent = _mm256_sub_epi32(right, _mm256_set1_epi32(31));
+  const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(1), exponent), _mm256_set1_epi32(1));
+  const __m256i threshold = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_srai_epi32(high, 31));
+  const __m256i round_up = _mm256_cmpgt_epi32(_mm256_and_si256(high, mask), threshold);
+  return _mm256_sub_epi32(_mm256_srav_epi32(high, exponent), round_up);
+#else
+  /* (acc * M + 2^(right - 1)) >> right: ties toward +infinity. */
+  even = _mm256_add_epi64(even, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one)));
+  odd = _mm256_add_epi64(odd, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one)));
+  even = _mm256_sub_epi64(_mm256_srlv_epi64(even, right_even), _mm256_srlv_epi64(offset, right_even));
   odd = _mm256_sub_epi64(_mm256_srlv_epi64(odd, right_odd), _mm256_srlv_epi64(offset, right_odd));
   return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+#endif
+#endif
 }
 
 /* Clamps 8 int32 lanes and stores them as 8 int8. */
@@ -54,18 +78,44 @@ B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
 }
 #if B8_USE_AVX512VNNI
-/* b8_requantize on 16 lanes, exact while shift <= 0 (the result then fits in int32); AVX-512
- * has the 64-bit arithmetic shift that AVX2 lacks. */
+/* b8_requantize on 16 lanes, exact while shift <= 0 (the result then fits in int32), in each
+ * rounding; AVX-512 has the 64-bit arithmetic shift that AVX2 lacks. `right` is 31 - shift. */
 B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i right) {
   const __m512i one = _mm512_set1_epi64(1), low = _mm512_set1_epi64(0xFFFFFFFF);
   const __m512i right_even = _mm512_and_si512(right, low), right_odd = _mm512_srli_epi64(right, 32);
+  const __m512i multiplier_odd = _mm512_srli_epi64(multiplier, 32);
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  const __m512i magnitude = _mm512_abs_epi32(acc);
+  __m512i even = _mm512_mul_epu32(magnitude, multiplier);
+  __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(magnitude, 32), multiplier_odd);
+  even = _mm512_srlv_epi64(_mm512_add_epi64(even, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_even, one))), right_even);
+  odd = _mm512_srlv_epi64(_mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_odd, one))), right_odd);
+  const __m512i result = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  const __m512i zero = _mm512_setzero_si512();
+  return _mm512_mask_sub_epi32(result, _mm512_cmplt_epi32_mask(acc, zero), zero, result);
+#else
   __m512i even = _mm512_mul_epi32(acc, multiplier);
-  __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(acc, 32), _mm512_srli_epi64(multiplier, 32));
+  __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(acc, 32), multiplier_odd);
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  (void)right_even, (void)right_odd, (void)one;
+  const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
+  even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
+  odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
+  const __m512i high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  const __m512i exponent = _mm512_sub_epi32(right, _mm512_set1_epi32(31));
+  const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(_mm512_set1_epi32(1), exponent), _mm512_set1_epi32(1));
+  const __m512i threshold = _mm512_sub_epi32(_mm512_srli_epi32(mask, 1), _mm512_srai_epi32(high, 31));
+  const __mmask16 round_up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, mask), threshold);
+  const __m512i shifted = _mm512_srav_epi32(high, exponent);
+  return _mm512_mask_add_epi32(shifted, round_up, shifted, _mm512_set1_epi32(1));
+#else
   even = _mm512_srav_epi64(
       _mm512_add_epi64(even, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_even, one))), right_even);
   odd = _mm512_srav_epi64(
       _mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_odd, one))), right_odd);
   return _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+#endif
+#endif
 }
 
 /* 16 int8 values widened to int32 lanes. */

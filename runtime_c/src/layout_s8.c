@@ -59,13 +59,15 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
 }
 
 B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
-                              const int32_t* multiplier, const int32_t* shift, int32_t outer,
+                              const int32_t* multiplier, const int32_t* shift,
+                              const int32_t* zero_points, int32_t output_zero_point, int32_t outer,
                               int8_t* output) {
   for (int32_t r = 0; r < outer; ++r) {
     for (int32_t k = 0; k < num_inputs; ++k) {
       const int8_t* row = inputs[k] + (int64_t)r * inner[k];
       for (int32_t i = 0; i < inner[k]; ++i)
-        *output++ = b8_clamp_s8(b8_requantize(row[i], multiplier[k], shift[k]), -128, 127);
+        *output++ = b8_clamp_s8(
+            b8_requantize(row[i] - zero_points[k], multiplier[k], shift[k]) + output_zero_point, -128, 127);
     }
   }
   return B8_OK;
@@ -73,37 +75,54 @@ B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, c
 
 /* float -> int8 of one contiguous run, written every `stride` bytes; returns nonzero on NaN or
  * infinity. Reads are contiguous (NCHW rows), so the arithmetic vectorizes. */
-static int b8_quantize_run(float inv_scale, int64_t count, const float* input, int8_t* output,
-                           int64_t stride) {
+static int b8_quantize_run(float scale, int32_t zero_point, int64_t count, const float* input,
+                           int8_t* output, int64_t stride) {
+  /* Clamping before rounding to the integer bounds gives the same as clamping after. */
+  const float lo = (float)(-128 - zero_point), hi = (float)(127 - zero_point);
+#if B8_ROUNDING == B8_ROUND_SINGLE
+  const float inv_scale = 1.0f / scale;
+#endif
   int bad = 0;
   for (int64_t i = 0; i < count; ++i) {
     const float x = input[i];
     bad |= !(x - x == 0.0f); /* NaN or infinity */
+#if B8_ROUNDING == B8_ROUND_SINGLE
     float v = x * inv_scale;
-    v = v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v);
-    output[i * stride] = (int8_t)nearbyintf(v); /* round half to even, as numpy.rint */
+    v = v < lo ? lo : (v > hi ? hi : v);
+    v = nearbyintf(v); /* ties to even, as numpy.rint */
+#else
+    /* TFLite's AffineQuantize: a float division, rounded half away from zero (roundf, written
+     * with truncf so that it vectorizes; v - truncf(v) is exact). */
+    float v = x / scale;
+    v = v < lo ? lo : (v > hi ? hi : v);
+    const float whole = truncf(v);
+    v = whole + (v - whole >= 0.5f ? 1.0f : (v - whole <= -0.5f ? -1.0f : 0.0f));
+#endif
+    output[i * stride] = (int8_t)((int32_t)v + zero_point);
   }
   return bad;
 }
 
-B8_API b8_status b8_quantize_f32(float inv_scale, const b8_dims* dims, int32_t size,
-                                 const float* input, int8_t* output) {
-  if (!dims) return b8_quantize_run(inv_scale, size, input, output, 1) ? B8_ERROR_ARGUMENT : B8_OK;
+B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
+                                 int32_t size, const float* input, int8_t* output) {
+  if (zero_point < -128 || zero_point > 127 || !(scale > 0.0f)) return B8_ERROR_ARGUMENT;
+  if (!dims)
+    return b8_quantize_run(scale, zero_point, size, input, output, 1) ? B8_ERROR_ARGUMENT : B8_OK;
   int bad = 0;
   const int64_t h = dims->h, w = dims->w, c = dims->c;
   /* NCHW input, one (n, c, y) row at a time, into NHWC: element x of the row lands x * c further. */
   for (int64_t n = 0; n < dims->n; ++n)
     for (int64_t ch = 0; ch < c; ++ch)
       for (int64_t y = 0; y < h; ++y)
-        bad |= b8_quantize_run(inv_scale, w, input + ((n * c + ch) * h + y) * w,
+        bad |= b8_quantize_run(scale, zero_point, w, input + ((n * c + ch) * h + y) * w,
                                output + ((n * h + y) * w) * c + ch, c);
   return bad ? B8_ERROR_ARGUMENT : B8_OK;
 }
 
-B8_API b8_status b8_dequantize_f32(float scale, const b8_dims* dims, int32_t size,
-                                   const int8_t* input, float* output) {
+B8_API b8_status b8_dequantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
+                                   int32_t size, const int8_t* input, float* output) {
   if (!dims) {
-    for (int32_t i = 0; i < size; ++i) output[i] = (float)input[i] * scale;
+    for (int32_t i = 0; i < size; ++i) output[i] = (float)(input[i] - zero_point) * scale;
     return B8_OK;
   }
   const int64_t h = dims->h, w = dims->w, c = dims->c;
@@ -112,7 +131,7 @@ B8_API b8_status b8_dequantize_f32(float scale, const b8_dims* dims, int32_t siz
       for (int64_t y = 0; y < h; ++y) {
         const int8_t* in = input + ((n * h + y) * w) * c + ch;
         float* out = output + ((n * c + ch) * h + y) * w;
-        for (int64_t x = 0; x < w; ++x) out[x] = (float)in[x * c] * scale;
+        for (int64_t x = 0; x < w; ++x) out[x] = (float)(in[x * c] - zero_point) * scale;
       }
   return B8_OK;
 }

@@ -40,13 +40,12 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
 }
 
 B8_API b8_status b8_avg_pool2d_s8(const b8_pool_params* pool, int32_t count_include_pad,
-                                  const int32_t* multiplier_by_count, const int32_t* shift_by_count,
-                                  const b8_dims* input_dims, const int8_t* input,
+                                  int32_t pad_value, const b8_dims* input_dims, const int8_t* input,
                                   const b8_dims* output_dims, int8_t* output) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
   if (output_dims->c != c || output_dims->n != input_dims->n || pool->stride_h < 1 ||
       pool->stride_w < 1 || pool->kernel_h < 1 || pool->kernel_w < 1 || pool->dilation_h != 1 ||
-      pool->dilation_w != 1) {
+      pool->dilation_w != 1 || (int64_t)pool->kernel_h * pool->kernel_w > (1 << 23)) {
     return B8_ERROR_ARGUMENT;
   }
   /* The padded extent: bottom / right padding mirror top / left, as in PyTorch. */
@@ -64,15 +63,15 @@ B8_API b8_status b8_avg_pool2d_s8(const b8_pool_params* pool, int32_t count_incl
                                ? x0 + pool->kernel_w
                                : padded_w - pool->pad_left;
         const int32_t xs = x0 < 0 ? 0 : x0, xe = x1 < in_w ? x1 : in_w;
-        const int32_t count = count_include_pad ? (y1 - y0) * (x1 - x0) : (ye - ys) * (xe - xs);
+        const int32_t inside = (ye - ys) * (xe - xs);
+        const int32_t count = count_include_pad ? (y1 - y0) * (x1 - x0) : inside;
         if (count < 1 || count > pool->kernel_h * pool->kernel_w) return B8_ERROR_ARGUMENT;
         int8_t* out = output + (((int64_t)n * output_dims->h + oy) * output_dims->w + ox) * c;
         for (int32_t ch = 0; ch < c; ++ch) {
-          int32_t sum = 0;
+          int32_t sum = (count - inside) * pad_value;
           for (int32_t y = ys; y < ye; ++y)
             for (int32_t x = xs; x < xe; ++x) sum += image[((int64_t)y * in_w + x) * c + ch];
-          out[ch] = b8_clamp_s8(
-              b8_requantize(sum, multiplier_by_count[count], shift_by_count[count]), -128, 127);
+          out[ch] = b8_clamp_s8(b8_rounding_divide(sum, count), -128, 127);
         }
       }
     }
@@ -80,17 +79,18 @@ B8_API b8_status b8_avg_pool2d_s8(const b8_pool_params* pool, int32_t count_incl
   return B8_OK;
 }
 
-B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift,
-                                       const b8_dims* input_dims, const int8_t* input,
-                                       int8_t* output) {
+B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_t input_zero_point,
+                                       int32_t output_zero_point, const b8_dims* input_dims,
+                                       const int8_t* input, int8_t* output) {
   const int32_t c = input_dims->c, plane = input_dims->h * input_dims->w;
   if (plane < 1 || plane > (1 << 23)) return B8_ERROR_ARGUMENT; /* the int32 sum must not wrap */
   for (int32_t n = 0; n < input_dims->n; ++n) {
     const int8_t* image = input + (int64_t)n * plane * c;
     for (int32_t ch = 0; ch < c; ++ch) {
-      int32_t sum = 0;
+      int32_t sum = -plane * input_zero_point;
       for (int32_t p = 0; p < plane; ++p) sum += image[(int64_t)p * c + ch];
-      output[(int64_t)n * c + ch] = b8_clamp_s8(b8_requantize(sum, multiplier, shift), -128, 127);
+      output[(int64_t)n * c + ch] =
+          b8_clamp_s8(b8_requantize(sum, multiplier, shift) + output_zero_point, -128, 127);
     }
   }
   return B8_OK;

@@ -17,11 +17,24 @@ static int failures = 0;
     }                                                                                    \
   } while (0)
 
-/* 2^30 with shift 1 is exactly x1.0; 2^30 with shift 0 is x0.5 (ties go up). */
+#if B8_ROUNDING == B8_ROUND_SINGLE
+#define B8_TIES_AWAY 0
+#else
+#define B8_TIES_AWAY 1
+#endif
+
+/* 2^30 with shift 1 is exactly x1.0; 2^30 with shift 0 is x0.5. */
 static void test_requantize(void) {
   EXPECT_EQ(b8_requantize(100, 1 << 30, 1), 100);
-  EXPECT_EQ(b8_requantize(5, 1 << 30, 0), 3);    /* 2.5 -> 3 */
-  EXPECT_EQ(b8_requantize(-5, 1 << 30, 0), -2);  /* -2.5 -> -2 */
+  EXPECT_EQ(b8_requantize(5, 1 << 30, 0), 3); /* 2.5 -> 3 */
+  /* -2.5: ties up in SINGLE and in TFLite's first rounding (the second has no remainder). */
+  EXPECT_EQ(b8_requantize(-5, 1 << 30, 0), B8_ROUNDING == B8_ROUND_SINGLE_AWAY ? -3 : -2);
+  /* 5 x 0.58 / 2 = 1.45: TFLite rounds 2.9 to 3 first, then 1.5 away from zero to 2. */
+  EXPECT_EQ(b8_requantize(5, 1245540515, -1), B8_ROUNDING == B8_ROUND_TFLITE ? 2 : 1);
+  EXPECT_EQ(b8_requantize(-5, 1245540515, -1), B8_ROUNDING == B8_ROUND_TFLITE ? -2 : -1);
+  EXPECT_EQ(b8_rounding_divide(10, 4), 3);                    /* 2.5 */
+  EXPECT_EQ(b8_rounding_divide(-10, 4), B8_TIES_AWAY ? -3 : -2); /* -2.5 */
+  EXPECT_EQ(b8_rounding_divide(-7, 3), -2);
   EXPECT_EQ(b8_requantize(7, 1 << 30, -2), 1);   /* 0.875 -> 1 */
   EXPECT_EQ(b8_requantize(-7, 1 << 30, -2), -1); /* -0.875 -> -1 */
   EXPECT_EQ(b8_requantize(3, 1 << 30, 3), 12);   /* left shift: x4 */
@@ -37,8 +50,8 @@ static void test_conv2d_padding_and_stride(void) {
   const int8_t input[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   const int8_t filter[4] = {1, 1, 1, 1};
   const int32_t bias[1] = {10}, multiplier[1] = {1 << 30}, shift[1] = {1};
-  const b8_conv_params conv = {2, 2, 1, 1, 1, 1, 1};
-  const b8_requant_params quant = {multiplier, shift, -128, 127};
+  const b8_conv_params conv = {2, 2, 1, 1, 1, 1, 1, 0};
+  const b8_requant_params quant = {multiplier, shift, -128, 127, 0};
   const b8_dims in_dims = {1, 3, 3, 1}, filter_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
   int8_t output[4], scratch[256], packed[256];
   if (b8_conv2d_s8_scratch_size(&filter_dims) > 256 || b8_conv2d_s8_packed_size(&filter_dims, 1) > 256) {
@@ -64,6 +77,13 @@ static void test_conv2d_padding_and_stride(void) {
                          partial, &second_row, scratch), B8_OK);
   EXPECT_EQ(partial[0], 0);
   EXPECT_EQ(partial[2], 10 + 4 + 7);
+  /* Padded taps read pad_value (an input zero point of 3); the output zero point is added. */
+  const b8_conv_params padded = {2, 2, 1, 1, 1, 1, 1, 3};
+  const b8_requant_params offset = {multiplier, shift, -128, 127, -5};
+  EXPECT_EQ(b8_conv2d_s8(&padded, &offset, &in_dims, input, 1, &filter_dims, packed, bias, &out_dims,
+                         output, NULL, scratch), B8_OK);
+  EXPECT_EQ(output[0], 10 + 3 + 3 + 3 + 1 - 5);
+  EXPECT_EQ(output[3], 10 + 5 + 6 + 8 + 9 - 5);
 }
 
 static void test_max_pool_ignores_padding(void) {
@@ -81,13 +101,17 @@ static void test_max_pool_ignores_padding(void) {
 static void test_add_saturates(void) {
   /* Equal scales: each input is rescaled by 1/2 after the shift by 20; the output factor is
    * 2 / 2^20 = 2^30 * 2^(-18 - 31). */
-  const b8_add_params params = {20, 1 << 30, 0, 1 << 30, 0, 1 << 30, -18, -128, 127};
+  const b8_add_params params = {20, 1 << 30, 0, 1 << 30, 0, 1 << 30, -18, -128, 127, 0, 0, 0};
   const int8_t a[3] = {100, -100, 3}, b[3] = {100, -100, -4};
   int8_t out[3];
   EXPECT_EQ(b8_add_s8(&params, 3, a, b, out), B8_OK);
   EXPECT_EQ(out[0], 127);
   EXPECT_EQ(out[1], -128);
   EXPECT_EQ(out[2], -1);
+  /* Zero points: (3 - 10) + (-4 - (-20)) = 9, plus the output zero point -100. */
+  const b8_add_params offsets = {20, 1 << 30, 0, 1 << 30, 0, 1 << 30, -18, -128, 127, 10, -20, -100};
+  EXPECT_EQ(b8_add_s8(&offsets, 3, a, b, out), B8_OK);
+  EXPECT_EQ(out[2], -91);
 }
 
 static void test_global_avg_pool(void) {
@@ -95,15 +119,33 @@ static void test_global_avg_pool(void) {
   const b8_dims dims = {1, 2, 2, 2};
   int8_t out[2];
   /* x1/4 = 2^30 * 2^(-1 - 31) */
-  EXPECT_EQ(b8_global_avg_pool_s8(1 << 30, -1, &dims, input, out), B8_OK);
+  EXPECT_EQ(b8_global_avg_pool_s8(1 << 30, -1, 0, 0, &dims, input, out), B8_OK);
   EXPECT_EQ(out[0], 3);  /* 11 / 4 = 2.75 */
   EXPECT_EQ(out[1], 25); /* 100 / 4 */
+  /* Input zero point 1, output zero point -7: (11 - 4) / 4 = 1.75 -> 2, then -7. */
+  EXPECT_EQ(b8_global_avg_pool_s8(1 << 30, -1, 1, -7, &dims, input, out), B8_OK);
+  EXPECT_EQ(out[0], -5);
+}
+
+/* 2x2 windows, stride 2, padding 1 on a 2x2 input: each window holds one input value. */
+static void test_avg_pool_counts(void) {
+  const int8_t input[4] = {9, -9, 6, 7};
+  const b8_pool_params pool = {2, 2, 2, 2, 1, 1, 1, 1};
+  const b8_dims dims = {1, 2, 2, 1};
+  int8_t out[4];
+  EXPECT_EQ(b8_avg_pool2d_s8(&pool, 0, 0, &dims, input, &dims, out), B8_OK);
+  EXPECT_EQ(out[0], 9);
+  EXPECT_EQ(out[1], -9);
+  /* Counting the padding, which holds the zero point 1: (-9 + 3) / 4 = -1.5. */
+  EXPECT_EQ(b8_avg_pool2d_s8(&pool, 1, 1, &dims, input, &dims, out), B8_OK);
+  EXPECT_EQ(out[0], 3); /* (9 + 3) / 4 */
+  EXPECT_EQ(out[1], B8_TIES_AWAY ? -2 : -1);
 }
 
 static void test_dense_and_layout(void) {
   const int8_t input[3] = {1, -2, 3}, weights[6] = {1, 1, 1, 2, 0, -1};
   const int32_t bias[2] = {0, 5}, multiplier[2] = {1 << 30, 1 << 30}, shift[2] = {1, 1};
-  const b8_requant_params quant = {multiplier, shift, 0, 127}; /* relu */
+  const b8_requant_params quant = {multiplier, shift, 0, 127, 0}; /* relu */
   int8_t out[2];
   EXPECT_EQ(b8_dense_s8(&quant, 1, 3, 2, input, weights, bias, out), B8_OK);
   EXPECT_EQ(out[0], 2);
@@ -135,8 +177,8 @@ static void test_depthwise_multiplier(void) {
   const int8_t input[2] = {10, -20};
   const int8_t filter[4] = {1, 2, 3, -1}; /* (1, 1, 4) */
   const int32_t multiplier[4] = {1 << 30, 1 << 30, 1 << 30, 1 << 30}, shift[4] = {1, 1, 1, 1};
-  const b8_conv_params conv = {1, 1, 0, 0, 1, 1, 2};
-  const b8_requant_params quant = {multiplier, shift, -128, 127};
+  const b8_conv_params conv = {1, 1, 0, 0, 1, 1, 2, 0};
+  const b8_requant_params quant = {multiplier, shift, -128, 127, 0};
   const b8_dims in_dims = {1, 1, 1, 2}, filter_dims = {1, 1, 1, 4}, out_dims = {1, 1, 1, 4};
   int8_t out[4];
   EXPECT_EQ(b8_depthwise_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, NULL,
@@ -151,15 +193,22 @@ static void test_boundary_conversions(void) {
   const float x[4] = {0.25f, -0.75f, 100.0f, 1.25f};
   int8_t q[4];
   float back[4];
-  EXPECT_EQ(b8_quantize_f32(2.0f, NULL, 4, x, q), B8_OK);
-  EXPECT_EQ(q[0], 0);   /* 0.5 -> 0, half to even */
-  EXPECT_EQ(q[1], -2);  /* -1.5 -> -2 */
-  EXPECT_EQ(q[2], 127); /* saturates */
-  EXPECT_EQ(q[3], 2);   /* 2.5 -> 2 */
-  EXPECT_EQ(b8_dequantize_f32(0.5f, NULL, 4, q, back), B8_OK);
+  EXPECT_EQ(b8_quantize_f32(0.5f, 0, NULL, 4, x, q), B8_OK);
+  EXPECT_EQ(q[0], B8_TIES_AWAY ? 1 : 0);   /* 0.5: half to even, or away from zero */
+  EXPECT_EQ(q[1], -2);                     /* -1.5 -> -2 either way */
+  EXPECT_EQ(q[2], 127);                    /* saturates */
+  EXPECT_EQ(q[3], B8_TIES_AWAY ? 3 : 2);   /* 2.5 */
+  EXPECT_EQ(b8_dequantize_f32(0.5f, 0, NULL, 4, q, back), B8_OK);
   EXPECT_EQ(back[1] == -1.0f, 1);
+  /* With a zero point of -128: real 0 is -128, and the top saturates 128 codes higher. */
+  EXPECT_EQ(b8_quantize_f32(0.5f, -128, NULL, 4, x, q), B8_OK);
+  EXPECT_EQ(q[0], B8_TIES_AWAY ? -127 : -128);
+  EXPECT_EQ(q[1], -128); /* clamped below */
+  EXPECT_EQ(q[3], B8_TIES_AWAY ? -125 : -126);
+  EXPECT_EQ(b8_dequantize_f32(0.5f, -128, NULL, 4, q, back), B8_OK);
+  EXPECT_EQ(back[3] == (B8_TIES_AWAY ? 1.5f : 1.0f), 1);
   const float bad[2] = {1.0f, 0.0f / 0.0f};
-  EXPECT_EQ(b8_quantize_f32(1.0f, NULL, 2, bad, q), B8_ERROR_ARGUMENT);
+  EXPECT_EQ(b8_quantize_f32(1.0f, 0, NULL, 2, bad, q), B8_ERROR_ARGUMENT);
 }
 
 int main(void) {
@@ -168,6 +217,7 @@ int main(void) {
   test_max_pool_ignores_padding();
   test_add_saturates();
   test_global_avg_pool();
+  test_avg_pool_counts();
   test_dense_and_layout();
   test_depthwise_multiplier();
   test_boundary_conversions();
