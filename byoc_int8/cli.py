@@ -1,4 +1,8 @@
-"""Command line: ``byoc-int8 run`` (compile + check + report) and ``byoc-int8 compile``."""
+"""Command line: ``byoc-int8 run`` (compile + check + report) and ``byoc-int8 compile``.
+
+Models: a built-in name, a ``torch.export`` program (``.pt2``, calibrated on ``--calib``), or a
+model quantized elsewhere (a full-integer ``.tflite``, an ONNX QDQ ``.onnx``), which keeps its
+own scales and zero points and is checked against its peer stack."""
 
 from __future__ import annotations
 
@@ -15,7 +19,16 @@ from .inputs import load_inputs
 from .layer_errors import layer_errors, plot_layer_errors
 from .models import BUILTIN_MODELS
 from .partition import Int8OnlyError
-from .pipeline import LAYER_ERROR_INPUTS, compile_model, evaluate
+from . import peers, reference
+from .pipeline import (
+    LAYER_ERROR_INPUTS,
+    PREQUANTIZED_FORMATS,
+    compile_model,
+    compile_prequantized,
+    evaluate,
+    evaluate_prequantized,
+    sample_inputs,
+)
 from .qarith import ACTIVATIONS, DEFAULT_FORMAT, ROUNDINGS, NumberFormat
 
 
@@ -67,16 +80,17 @@ def main(argv: list[str] | None = None) -> int:
         ("compile", "write the compiled library"),
     ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--model", default="resnet18", help=f"{', '.join(BUILTIN_MODELS)} or PATH.pt2")
+        p.add_argument("--model", default="resnet18",
+                       help=f"{', '.join(BUILTIN_MODELS)}, PATH.pt2, or a quantized PATH.tflite / PATH.onnx")
         p.add_argument("--calib", help="calibration inputs: a .npy file (stacked on axis 0) or a directory of images")
         p.add_argument("--method", default="max", choices=sorted(CALIBRATORS), help="calibrator (default: max)")
         p.add_argument("--percentile", type=float, help="percentile for --method percentile (default 99.99)")
-        p.add_argument("--activations", choices=ACTIVATIONS, default=DEFAULT_FORMAT.activations,
+        p.add_argument("--activations", choices=ACTIVATIONS,
                        help=f"int8 activation encoding (default: {DEFAULT_FORMAT.activations}; asymmetric is "
                             "TFLite's, with zero points)")
-        p.add_argument("--rounding", choices=ROUNDINGS, default=DEFAULT_FORMAT.rounding,
+        p.add_argument("--rounding", choices=ROUNDINGS,
                        help=f"requantization rounding (default: {DEFAULT_FORMAT.rounding}; tflite is TFLite's "
-                            "default double rounding)")
+                            "default double rounding; a .tflite model defaults to tflite)")
         p.add_argument("--num-calib", type=int, help="calibration inputs drawn for a built-in model")
         p.add_argument("--num-eval", type=int, help="evaluation inputs (default: the model's evaluation set)")
         p.add_argument("--int8-only", action="store_true",
@@ -92,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("-o", "--output", required=True, help="path of the .so to write")
     args = parser.parse_args(argv)
 
+    if Path(args.model).suffix.lower() in (".tflite", ".onnx"):
+        return _prequantized(args)
     model, float_model, calib, evals, labels = _load_model(args)
     try:
         compiled = compile_model(
@@ -102,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet,
             int8_only=args.int8_only,
             simd=args.simd,
-            number_format=NumberFormat(args.activations, args.rounding),
+            number_format=NumberFormat(args.activations or DEFAULT_FORMAT.activations,
+                                       args.rounding or DEFAULT_FORMAT.rounding),
             **_calibration_options(args),
         )
     except Int8OnlyError as err:
@@ -113,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{compiled.compile_seconds:.1f} s)")
         return 0
     layers = layer_errors(compiled.module, evals[:LAYER_ERROR_INPUTS])
-    report = {"model": args.model, "calibration": args.method, "activations": args.activations,
-              "rounding": args.rounding,
+    report = {"model": args.model, "calibration": args.method,
+              "activations": args.activations or DEFAULT_FORMAT.activations,
+              "rounding": args.rounding or DEFAULT_FORMAT.rounding,
               **evaluate(compiled, float_model, evals, labels=labels, layers=layers)}
     _print_report(report)
     if args.plot:
@@ -123,6 +141,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _prequantized(args) -> int:
+    """compile / run of a model quantized elsewhere: its own scales, no calibration."""
+    path = Path(args.model)
+    if not path.is_file():
+        raise SystemExit(f"byoc-int8: error: no such file: {path}")
+    kind = path.suffix.lower().lstrip(".")
+    default = PREQUANTIZED_FORMATS[kind]
+    fmt = NumberFormat(args.activations or default.activations, args.rounding or default.rounding)
+    try:
+        compiled = compile_prequantized(path, args.output if args.command == "compile" else None,
+                                        int8_only=args.int8_only, simd=args.simd, number_format=fmt)
+    except Int8OnlyError as err:
+        print(f"byoc-int8: {err}", file=sys.stderr)
+        return 2
+    if args.command == "compile":
+        print(f"wrote {compiled.library_path} ({compiled.ops_offloaded}/{compiled.ops_total} ops offloaded, "
+              f"{compiled.compile_seconds:.1f} s)")
+        return 0
+    inputs = np.load(args.calib) if args.calib else sample_inputs(compiled, args.num_eval or 16)
+    report = {"model": args.model, "activations": fmt.activations, "rounding": fmt.rounding,
+              **evaluate_prequantized(compiled, _peer(kind, path, compiled), inputs)}
+    _print_report(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _peer(kind: str, path: Path, compiled) -> peers.Peer | None:
+    """The stack the model came from, when its package is installed (the report says so)."""
+    try:
+        if kind == "tflite":
+            return peers.tflite_reference(path)
+        scale = reference.output_scales(compiled.module)[0] or 1.0
+        return peers.onnxruntime_session(path, scale)
+    except ImportError as err:
+        print(f"byoc-int8: no comparison with the {kind} peer ({err})", file=sys.stderr)
+        return None
 
 
 if __name__ == "__main__":

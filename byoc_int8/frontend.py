@@ -1,12 +1,17 @@
-"""Frontend: a PyTorch model -> a Relax IRModule ready for partitioning.
+"""Frontend: a model -> a Relax IRModule ready for partitioning.
 
-Capture goes through ``torch.export``; batch norm is folded into the preceding convolution and
-constants are folded, so the partitioner sees conv2d + add(bias) chains.
+PyTorch models are captured with ``torch.export``; batch norm is folded into the preceding
+convolution and constants are folded, so the partitioner sees conv2d + add(bias) chains.
+Models quantized elsewhere (full-integer ``.tflite``, ONNX QDQ) go through TVM's own importers,
+which keep them as dequantize -> op -> quantize chains over int8 constants; nothing is folded
+there, so that the int8 weights and the model's scales stay visible to the QDQ composites.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -92,3 +97,71 @@ def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
 def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: Sequence[torch.Tensor] = ()) -> tvm.IRModule:
     """torch model (or exported program) -> Relax IRModule with batch norm and constants folded."""
     return to_relax(export_model(model, example_inputs))
+
+
+def _load_bytes(path: str | os.PathLike, kind: str) -> bytes:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelImportError(f"no such {kind} file: {path}")
+    return path.read_bytes()
+
+
+def import_tflite(path: str | os.PathLike) -> tvm.IRModule:
+    """A full-integer .tflite model -> Relax (NHWC, dequantize -> op -> quantize chains)."""
+    try:
+        import tflite
+        from tvm.relax.frontend.tflite import from_tflite
+        from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
+    except ImportError as err:
+        raise ModelImportError(f"reading .tflite models needs the 'tflite' package ({err})") from err
+
+    class Converter(OperatorConverter):
+        # TVM 0.27 converts a quantized PAD correctly but leaves it off its list of quantized ops.
+        _SUPPORTED_QUANTIZED_OPS = OperatorConverter._SUPPORTED_QUANTIZED_OPS | {"PAD", "PADV2"}
+
+    buffer = _load_bytes(path, ".tflite")
+    try:
+        model = tflite.Model.GetRootAsModel(buffer, 0)
+        mod = from_tflite(model, op_converter=Converter)
+    except Exception as err:  # the flatbuffer reader and the converter raise many kinds
+        raise ModelImportError(f"TVM's TFLite frontend could not translate {path}: {err}") from err
+    return _own_dequantizes(mod)
+
+
+@relax.expr_functor.mutator
+class _DequantizePerConsumer(relax.PyExprMutator):
+    """Gives every consumer of a dequantized activation its own dequantize, as TFLite's importer
+    does, so that each QDQ composite owns its inputs' dequantizes (a shared one would leak out of
+    the first composite that takes it as a float intermediate)."""
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        args = []
+        for arg in call.args:
+            bound = self.lookup_binding(arg) if isinstance(arg, relax.Var) else None
+            if isinstance(bound, relax.Call) and bound.op == tvm.ir.Op.get("relax.dequantize") and not isinstance(bound.args[0], tvm.ir.GenericConst):
+                arg = self.builder_.emit(relax.Call(bound.op, bound.args, bound.attrs))
+            args.append(arg)
+        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+
+
+def import_onnx(path: str | os.PathLike) -> tvm.IRModule:
+    """An ONNX model (QDQ-quantized by ONNX Runtime, or float) -> Relax (NCHW)."""
+    try:
+        import onnx
+        from tvm.relax.frontend.onnx import from_onnx
+    except ImportError as err:
+        raise ModelImportError(f"reading .onnx models needs the 'onnx' package ({err})") from err
+    buffer = _load_bytes(path, ".onnx")
+    try:
+        mod = from_onnx(onnx.load_from_string(buffer), keep_params_in_input=False)
+    except Exception as err:
+        raise ModelImportError(f"TVM's ONNX frontend could not translate {path}: {err}") from err
+    return _own_dequantizes(mod)
+
+
+def _own_dequantizes(mod: tvm.IRModule) -> tvm.IRModule:
+    mod["main"] = _DequantizePerConsumer().visit_expr(mod["main"])
+    return relax.transform.DeadCodeElimination()(mod)

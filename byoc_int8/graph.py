@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 from .patterns import prim_number
+from .qarith import ActivationQuant
 
 
 @dataclass
@@ -36,17 +37,37 @@ class Node:
 
 @dataclass
 class Graph:
-    """A region: values 0..len(inputs)-1 are its parameters; every node defines one value."""
+    """A region: values 0..len(inputs)-1 are its parameters; every node defines one value.
+
+    Regions of models quantized elsewhere (QDQ composites) also carry the model's own encoding of
+    every value (`quants`), the model's layout (an NHWC model's 4-D tensors are already in the
+    accelerator's storage order, so its boundaries move no bytes) and the dtype of each input
+    and output (int8 where the model's interface is int8; one value may be both a float input
+    and an int8 output, in a region that only quantizes)."""
 
     name: str
     inputs: list[int]
     outputs: list[int]
     shapes: dict[int, tuple[int, ...]]
     nodes: list[Node]
+    quants: dict[int, ActivationQuant] = field(default_factory=dict)
+    layout: str = "NCHW"
+    input_dtypes: list[str] = field(default_factory=list)  # per input; float32 if absent
+    output_dtypes: list[str] = field(default_factory=list)  # per output
 
     @property
     def num_values(self) -> int:
         return len(self.shapes)
+
+    @property
+    def prequantized(self) -> bool:
+        return bool(self.quants)
+
+    def input_dtype(self, index: int) -> str:
+        return self.input_dtypes[index] if index < len(self.input_dtypes) else "float32"
+
+    def output_dtype(self, index: int) -> str:
+        return self.output_dtypes[index] if index < len(self.output_dtypes) else "float32"
 
 
 class UnsupportedCompositeError(ValueError):
@@ -170,15 +191,200 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
     raise UnsupportedCompositeError(f"no int8 lowering for composite ccompiler.{kind}")
 
 
+# ---- QDQ composites (models quantized elsewhere) -------------------------------------------------
+
+# NHWC axis -> logical NCHW axis.
+_LOGICAL_FROM_NHWC = (0, 2, 3, 1)
+
+
+def _logical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Shapes are kept in PyTorch's logical NCHW order; an NHWC tensor's bytes are then already
+    its storage order (see layout.py)."""
+    if layout == "NHWC" and len(shape) == 4:
+        return (shape[0], shape[3], shape[1], shape[2])
+    return shape
+
+
+def _quant_of(call: relax.Call) -> ActivationQuant:
+    """The per-tensor scale and zero point of a quantize / dequantize call."""
+    scale = float(np.float32(call.args[1].value.numpy()).reshape(-1)[0])
+    zero_point = int(call.args[2].value.numpy().reshape(-1)[0])
+    return ActivationQuant(scale, zero_point)
+
+
+class _Composite:
+    """The bindings of one QDQ composite function, to walk from its result back to its inputs."""
+
+    def __init__(self, func: relax.Function):
+        self.bound: dict[relax.Var, relax.Call] = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                self.bound[binding.var] = binding.value
+        self.params = list(func.params)
+        self.result = self.call(func.body.body)
+
+    def call(self, expr: relax.Expr) -> relax.Call | None:
+        """The call an expression stands for (through variables)."""
+        while isinstance(expr, relax.Var) and expr in self.bound:
+            expr = self.bound[expr]
+        return expr if isinstance(expr, relax.Call) else None
+
+    def op(self, expr: relax.Expr) -> str:
+        call = self.call(expr)
+        return call.op.name if call is not None and isinstance(call.op, tvm.ir.Op) else ""
+
+    def find(self, op: str) -> relax.Call:
+        return next(c for c in self.bound.values() if isinstance(c, relax.Call) and getattr(c.op, "name", "") == op)
+
+
+def _int8_weight(comp: _Composite, expr: relax.Expr) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weight, scales along its output channels) behind a dequantize, through the reshapes
+    and permutes the importers put around it, in the layout the consuming op reads."""
+    steps = []
+    call = comp.call(expr)
+    while call.op.name in ("relax.reshape", "relax.permute_dims"):
+        steps.append(call)
+        call = comp.call(call.args[0])
+    inner = comp.call(call.args[0])
+    weight = (inner.args[0] if inner is not None else call.args[0]).value.numpy()
+    if inner is not None:  # TFLite: dequantize(permute_dims(W))
+        weight = weight.transpose([int(a) for a in inner.attrs.axes])
+    for step in reversed(steps):
+        if step.op.name == "relax.reshape":
+            weight = weight.reshape(_shape(step))
+        else:
+            weight = weight.transpose([int(a) for a in step.attrs.axes])
+    return weight.astype(np.int8), call.args[1].value.numpy().astype(np.float64).reshape(-1)
+
+
+def _per_channel(scales: np.ndarray, channels: int) -> np.ndarray:
+    """Per-tensor scales broadcast to every output channel."""
+    return np.broadcast_to(scales, (channels,)).copy()
+
+
+def _bias(comp: _Composite, add: relax.Call | None, matched: relax.Expr) -> np.ndarray | None:
+    """The int32 bias of a composite's add (the operand that is not `matched`)."""
+    if add is None:
+        return None
+    other = add.args[1] if comp.call(add.args[0]) is comp.call(matched) else add.args[0]
+    call = comp.call(other)
+    while call.op.name == "relax.reshape":
+        call = comp.call(call.args[0])
+    return call.args[0].value.numpy().astype(np.int64).reshape(-1)
+
+
+def _int_clip(comp: _Composite) -> tuple[int, int] | None:
+    """The int8 bounds of a TFLite fused activation (a clip after the quantize)."""
+    if comp.result.op.name != "relax.clip":
+        return None
+    return int(prim_number(comp.result.args[1])), int(prim_number(comp.result.args[2]))
+
+
+def _qdq_node(kind: str, func: relax.Function, inputs: list[int], output: int, layout: str,
+              quants: dict[int, ActivationQuant]) -> Node | None:
+    """One QDQ composite as a Node; records the encodings it names in `quants`."""
+    comp = _Composite(func)
+    # The encodings of the composite's inputs (its dequantizes) and output (its quantize).
+    for call in comp.bound.values():
+        if isinstance(call, relax.Call) and getattr(call.op, "name", "") == "relax.dequantize":
+            if call.args[0] in comp.params:
+                _record(quants, inputs[comp.params.index(call.args[0])], _quant_of(call))
+        if isinstance(call, relax.Call) and getattr(call.op, "name", "") == "relax.quantize":
+            _record(quants, output, _quant_of(call))
+    attrs: dict = {"int_clip": _int_clip(comp)}
+    if kind.startswith("qdq_conv2d"):
+        conv = comp.find("relax.nn.conv2d")
+        a = conv.attrs
+        weight, scales = _int8_weight(comp, conv.args[1])
+        layout_of = str(a.kernel_layout)
+        weight = weight.transpose([layout_of.index(c) for c in "OIHW"])
+        consts = {"weight_q": np.ascontiguousarray(weight), "weight_scales": _per_channel(scales, weight.shape[0])}
+        bias = _bias(comp, next((c for c in comp.bound.values() if getattr(c.op, "name", "") == "relax.add"), None), conv)
+        if bias is not None:
+            consts["bias_q"] = bias
+        attrs |= {"strides": _ints(a.strides), "padding": _ints(a.padding), "dilation": _ints(a.dilation),
+                  "groups": int(a.groups), "clip": None}
+        return Node("conv2d", inputs, output, attrs, consts)
+    if kind.startswith("qdq_dense"):
+        matmul = comp.find("relax.matmul")
+        weight, scales = _int8_weight(comp, matmul.args[1])  # (depth, units)
+        weight = np.ascontiguousarray(weight.T)  # (units, depth)
+        consts = {"weight_q": weight, "weight_scales": _per_channel(scales, weight.shape[0])}
+        bias = _bias(comp, next((c for c in comp.bound.values() if getattr(c.op, "name", "") == "relax.add"), None), matmul)
+        if bias is not None:
+            consts["bias_q"] = bias
+        return Node("dense", inputs, output, attrs | {"clip": None}, consts)
+    if kind.startswith("qdq_add"):
+        relu = "relax.nn.relu" in {getattr(c.op, "name", "") for c in comp.bound.values()}
+        return Node("add", inputs, output, attrs | {"clip": (0.0, float("inf")) if relu else None})
+    if kind == "qdq_mean":
+        return Node("global_avg_pool2d", inputs, output, attrs)
+    if kind.startswith("qdq_concat"):
+        axis = int(comp.find("relax.concat").attrs.axis)
+        return Node("concat", inputs, output, attrs | {"axis": _logical_axis(axis, 4, layout)})
+    if kind in ("qdq_max_pool2d", "max_pool2d_int8"):
+        return Node("max_pool2d", inputs, output, attrs | _window_attrs(comp.find("relax.nn.max_pool2d").attrs))
+    if kind in ("qdq_avg_pool2d", "avg_pool2d_int8"):
+        pool = comp.find("relax.nn.avg_pool2d")
+        return Node("avg_pool2d", inputs, output, attrs | _window_attrs(pool.attrs) | {"count_include_pad": False})
+    if kind in ("qdq_reshape", "reshape_int8"):
+        # An NHWC model's reshape reads its tensors in stored order: it moves no bytes.
+        return Node("reshape", inputs, output, attrs | {"stored": layout == "NHWC"})
+    if kind == "pad_int8":
+        pad = comp.find("relax.nn.pad")
+        widths = _ints(pad.attrs.pad_width)
+        pairs = [tuple(widths[i : i + 2]) for i in range(0, len(widths), 2)]
+        if layout == "NHWC" and len(pairs) == 4:
+            pairs = [pairs[a] for a in (0, 3, 1, 2)]
+        return Node("pad", inputs, output, attrs | {"pads": pairs, "value_q": int(float(pad.attrs.pad_value))})
+    if kind == "clip_int8":
+        return Node("clip", inputs, output, attrs | {"int_clip": (int(prim_number(comp.result.args[1])),
+                                                                  int(prim_number(comp.result.args[2])))})
+    raise UnsupportedCompositeError(f"no int8 lowering for composite ccompiler.{kind}")
+
+
+def _logical_axis(axis: int, rank: int, layout: str) -> int:
+    axis %= rank
+    return _LOGICAL_FROM_NHWC[axis] if layout == "NHWC" and rank == 4 else axis
+
+
+def _record(quants: dict[int, ActivationQuant], value: int, quant: ActivationQuant) -> None:
+    if quants.setdefault(value, quant) != quant:
+        raise UnsupportedCompositeError(
+            f"value {value} is read with two encodings: {quants[value]} and {quant}"
+        )
+
+
+def _region_layout(region: relax.Function) -> str:
+    """NHWC when the region's convolutions or pools say so (TFLite models), else NCHW."""
+    layouts = set()
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            a = expr.attrs
+            for name in ("data_layout", "layout"):
+                if a is not None and hasattr(a, name) and str(getattr(a, name)) in ("NCHW", "NHWC"):
+                    layouts.add(str(getattr(a, name)))
+
+    relax.analysis.post_order_visit(region, visit)
+    if len(layouts) > 1:
+        raise UnsupportedCompositeError(f"region mixes layouts {sorted(layouts)}")
+    return layouts.pop() if layouts else "NCHW"
+
+
 def extract_graph(name: str, region: relax.Function) -> Graph:
     """Read a ``Codegen=ccompiler`` region function into a :class:`Graph`."""
+    layout = _region_layout(region)
     value_of: dict[relax.Var, int] = {}
     shapes: dict[int, tuple[int, ...]] = {}
+    quants: dict[int, ActivationQuant] = {}
     for param in region.params:
         value_of[param] = len(shapes)
-        shapes[len(shapes)] = _shape(param)
+        shapes[len(shapes)] = _logical_shape(_shape(param), layout)
+    input_dtypes = [str(param.ty.dtype) for param in region.params]
     composites: dict[relax.Var, relax.Function] = {}
-    tuples: dict[relax.Var, list[int]] = {}
+    tuples: dict[relax.Var, list[relax.Expr]] = {}
+    float_outputs: dict[relax.Var, int] = {}  # a model's own dequantize at the region's exit
     nodes: list[Node] = []
     for block in region.body.blocks:
         for binding in block.bindings:
@@ -189,28 +395,62 @@ def extract_graph(name: str, region: relax.Function) -> Graph:
                 func = composites[value.op]
                 composite = str(func.attrs["Composite"])
                 kind = composite.split(".", 1)[1]
-                output = len(shapes)
-                shapes[output] = _shape(binding.var)
                 args = [f for a in value.args for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
                 inputs = [value_of[a] for a in args]
-                node = _node_from_composite(kind, func, inputs, output, shapes[inputs[0]])
+                if kind == "quantize":  # the model's float input, quantized on the way in
+                    _record(quants, inputs[0], _quant_of(_Composite(func).result))
+                    value_of[binding.var] = inputs[0]
+                    continue
+                if kind == "dequantize":  # the model's float output
+                    _record(quants, inputs[0], _quant_of(_Composite(func).result))
+                    value_of[binding.var] = inputs[0]
+                    float_outputs[binding.var] = inputs[0]
+                    continue
+                output = len(shapes)
+                shapes[output] = _logical_shape(_shape(binding.var), layout)
+                if kind.startswith(("qdq_", "quantize")) or kind.endswith("_int8"):
+                    node = _qdq_node(kind, func, inputs, output, layout, quants)
+                else:
+                    node = _node_from_composite(kind, func, inputs, output, shapes[inputs[0]])
                 node.composite = composite
                 nodes.append(node)
                 value_of[binding.var] = output
             elif isinstance(value, relax.Tuple):
-                tuples[binding.var] = [value_of[f] for f in value.fields]
+                tuples[binding.var] = list(value.fields)
             elif isinstance(value, relax.Var) and value in value_of:
                 value_of[binding.var] = value_of[value]
+                if value in float_outputs:
+                    float_outputs[binding.var] = float_outputs[value]
             else:
                 raise UnsupportedCompositeError(f"unexpected binding in region {name}: {value}")
     body = region.body.body
-    if isinstance(body, relax.Tuple):
-        outputs = [value_of[f] for f in body.fields]
-    elif body in tuples:
-        outputs = tuples[body]
-    else:
-        outputs = [value_of[body]]
-    return Graph(name, list(range(len(region.params))), outputs, shapes, nodes)
+    out_vars = list(body.fields) if isinstance(body, relax.Tuple) else tuples.get(body, [body])
+    outputs = [value_of[f] for f in out_vars]
+    output_dtypes = ["float32" if var in float_outputs else str(var.ty.dtype) for var in out_vars]
+    graph = Graph(name, list(range(len(region.params))), outputs, shapes, nodes, quants, layout,
+                  input_dtypes, output_dtypes)
+    if quants:
+        _propagate_quants(graph)
+    return graph
+
+
+def _propagate_quants(graph: Graph) -> None:
+    """Ops that only move int8 values (TFLite's pooling, reshape, pad and clip on int8) share one
+    encoding between input and output: what either side names, the other gets (a model's input
+    that is padded first, for instance, has its scale only on the pad's output)."""
+    movers = [n for n in graph.nodes if n.op in ("max_pool2d", "avg_pool2d", "reshape", "pad", "clip")]
+    changed = True
+    while changed:
+        changed = False
+        for node in movers:
+            known = [v for v in (node.inputs[0], node.output) if v in graph.quants]
+            for v in (node.inputs[0], node.output):
+                if known and v not in graph.quants:
+                    graph.quants[v] = graph.quants[known[0]]
+                    changed = True
+    missing = [v for v in range(graph.num_values) if v not in graph.quants]
+    if missing:
+        raise UnsupportedCompositeError(f"region {graph.name}: no scale or zero point known for values {missing}")
 
 
 def _pad_to_windows(x: torch.Tensor, a: dict, out_hw, value: float) -> torch.Tensor:

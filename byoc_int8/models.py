@@ -57,7 +57,7 @@ class Seed002Net(nn.Module):
         return self.dense(x.reshape(x.shape[0], -1))
 
 
-def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
+def randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
     """Give batch norms non-trivial statistics so that folding them is actually exercised."""
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -80,7 +80,7 @@ def _torchvision(name: str) -> Callable[[], nn.Module]:
 
         torch.manual_seed(0)
         model = getattr(torchvision.models, name)()
-        _randomize_batch_norm(model, torch.Generator().manual_seed(1))
+        randomize_batch_norm(model, torch.Generator().manual_seed(1))
         return model.eval()
 
     return make
@@ -94,7 +94,7 @@ def _seed002() -> nn.Module:
 def _stem() -> nn.Module:
     torch.manual_seed(0)
     model = ResNetStem()
-    _randomize_batch_norm(model, torch.Generator().manual_seed(1))
+    randomize_batch_norm(model, torch.Generator().manual_seed(1))
     return model.eval()
 
 

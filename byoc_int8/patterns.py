@@ -14,10 +14,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
-from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
+from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 # Largest tensor rank of the layout kernels (B8_MAX_RANK in byoc_int8.h).
@@ -324,6 +325,236 @@ def _clip() -> CompositeSpec:
 
 ACTIVATIONS = ("", "relu", "clip")
 
+
+# ---- QDQ composites: models quantized elsewhere (.tflite, ONNX QDQ) ----------------------------
+# TVM's importers give dequantize -> float op -> quantize chains (int8 weights behind dequantize,
+# scales and zero points as constants), NHWC for TFLite and NCHW for ONNX; TFLite's fused
+# activations follow as a clip on the int8 result, and its pooling, reshape and pad run on int8
+# directly. Each chain becomes one composite whose integers come from the model itself.
+
+QDQ_LAYOUTS = ("NCHW", "NHWC")
+
+
+def _dequantize(value: DFPattern) -> DFPattern:
+    return is_op("relax.dequantize")(value, is_const(), is_const())
+
+
+def _quantize(value: DFPattern) -> DFPattern:
+    return is_op("relax.quantize")(value, is_const(), is_const())
+
+
+def _scalar_quant_problem(call: relax.Call, what: str) -> str | None:
+    """Activations are quantized per tensor: one scale and one zero point."""
+    for arg, name in ((call.args[1], "scale"), (call.args[2], "zero point")):
+        if not isinstance(arg, tvm.ir.GenericConst) or arg.value.numpy().size != 1:
+            return f"{what} has a {name} per channel (activations are quantized per tensor)"
+    return None
+
+
+def _int8_problem(expr: relax.Expr, what: str) -> str | None:
+    if _static_shape(expr) is None:
+        return f"{what} has no static shape"
+    if _dtype(expr) != "int8":
+        return f"{what} is {_dtype(expr)}, not int8"
+    return None
+
+
+def _qdq_problem(ctx: PatternCheckContext) -> str | None:
+    """Every activation dequantize / quantize of a QDQ composite: int8, one scale per tensor."""
+    for name, call in ctx.annotated_expr.items():
+        if name.startswith("dq") or name == "q":
+            tensor = call.args[0] if name.startswith("dq") else call
+            problem = _int8_problem(tensor, f"{call.op.name} of {name}") or _scalar_quant_problem(call, call.op.name)
+            if problem:
+                return problem
+    return None
+
+
+def _weight_problem(weight: relax.Call, what: str) -> str | None:
+    if _dtype(weight.args[0]) != "int8":
+        return f"{what} is {_dtype(weight.args[0])}, not int8"
+    zero_point = weight.args[2].value.numpy()
+    if np.any(zero_point != 0):
+        return f"{what} has a nonzero zero point (weights are symmetric)"
+    return None
+
+
+def _check_qdq_conv2d(ctx: PatternCheckContext) -> str | None:
+    conv = ctx.annotated_expr["conv"]
+    a = conv.attrs
+    layouts = {("NCHW", "OIHW"), ("NHWC", "HWIO"), ("NHWC", "HWOI")}
+    if (a.data_layout, a.kernel_layout) not in layouts or a.out_layout != a.data_layout:
+        return f"conv2d layout {a.data_layout}/{a.kernel_layout}"
+    return _qdq_problem(ctx) or _weight_problem(ctx.annotated_expr["weight"], "conv2d weight") or _activation_problem(ctx)
+
+
+def _check_qdq_dense(ctx: PatternCheckContext) -> str | None:
+    matmul = ctx.annotated_expr["matmul"]
+    if len(_static_shape(matmul.args[0]) or ()) != 2:
+        return "dense over an input that is not (batch, features)"
+    weight = next(ctx.annotated_expr[k] for k in ("weight_tflite", "weight_onnx") if k in ctx.annotated_expr)
+    return _qdq_problem(ctx) or _weight_problem(weight, "dense weight") or _activation_problem(ctx)
+
+
+def _check_qdq_add(ctx: PatternCheckContext) -> str | None:
+    add = ctx.annotated_expr["add"]
+    if _static_shape(add.args[0]) != _static_shape(add.args[1]):
+        return f"broadcasting add {_static_shape(add.args[0])} + {_static_shape(add.args[1])}"
+    return _qdq_problem(ctx) or _activation_problem(ctx)
+
+
+def _check_qdq_mean(ctx: PatternCheckContext) -> str | None:
+    mean = ctx.annotated_expr["root_op"]
+    shape = _static_shape(mean.args[0])
+    axes = sorted(int(a) % 4 for a in (mean.attrs.axis or [])) if shape and len(shape) == 4 else None
+    if axes not in ([1, 2], [2, 3]):
+        return f"mean over axes {axes} of a {shape} tensor (only global average pooling over H, W)"
+    return _qdq_problem(ctx)
+
+
+def _same_quant(a: relax.Call, b: relax.Call) -> bool:
+    return all(float(x.value.numpy()) == float(y.value.numpy()) for x, y in zip(a.args[1:], b.args[1:]))
+
+
+def _check_qdq_same_encoding(ctx: PatternCheckContext) -> str | None:
+    """Pooling, reshape and concat between Q/DQ pairs only move values: input and output must
+    share scale and zero point (TFLite and ONNX Runtime keep them equal)."""
+    problem = _qdq_problem(ctx)
+    if problem:
+        return problem
+    q = ctx.annotated_expr["q"]
+    for name, call in ctx.annotated_expr.items():
+        if name.startswith("dq") and not _same_quant(call, q):
+            return f"{ctx.annotated_expr['root_op'].op.name} changes the scale or zero point"
+    if "pool" in ctx.annotated_expr["root_op"].op.name and ctx.annotated_expr["root_op"].attrs.layout not in QDQ_LAYOUTS:
+        return "pooling layout"
+    return None
+
+
+def _check_int8_op(ctx: PatternCheckContext) -> str | None:
+    """An op TFLite runs on int8 directly (pooling, reshape, pad, clip of a fused activation)."""
+    root = ctx.annotated_expr["root_op"]
+    problem = _int8_problem(root.args[0], f"{root.op.name} input")
+    if problem:
+        return problem
+    if root.op.name.startswith("relax.nn.") and "pool" in root.op.name and root.attrs.layout not in QDQ_LAYOUTS:
+        return f"{root.op.name} layout {root.attrs.layout}"
+    if root.op.name == "relax.nn.pad" and root.attrs.pad_mode != "constant":
+        return f"pad mode {root.attrs.pad_mode!r} (constant only)"
+    return None
+
+
+def _check_boundary(ctx: PatternCheckContext) -> str | None:
+    """A model's own float <-> int8 conversion at its input or output."""
+    call = ctx.annotated_expr["root_op"]
+    if _dtype(call.args[0]) not in ("float32", "int8") or _static_shape(call.args[0]) is None:
+        return f"{call.op.name} of a {_dtype(call.args[0])} tensor"
+    return _scalar_quant_problem(call, call.op.name)
+
+
+def _qdq_chain(kind: str, body: DFPattern, ann: dict, check, clip: bool) -> CompositeSpec:
+    """quantize(body), optionally followed by TFLite's int8 clip of a fused activation."""
+    root = ann["q"] = _quantize(body)
+    if clip:
+        root = ann["clip"] = is_op("relax.clip")(root, wildcard(), wildcard())
+    ann["root"] = root
+    return CompositeSpec(kind + ("_clip" if clip else ""), root, ann, check)
+
+
+def _qdq_conv2d(bias: bool, clip: bool) -> CompositeSpec:
+    ann = {"dq": _dequantize(wildcard())}
+    weight = ann["weight"] = _dequantize(is_const())
+    conv = ann["conv"] = is_op("relax.nn.conv2d")(ann["dq"], weight | is_op("relax.reshape")(weight, wildcard()))
+    body = conv
+    if bias:
+        b = ann["bias"] = _dequantize(is_const())
+        body = is_op("relax.add")(conv, b | is_op("relax.reshape")(b, wildcard()))
+    return _qdq_chain("qdq_conv2d" + ("_bias" if bias else ""), body, ann, _check_qdq_conv2d, clip)
+
+
+def _qdq_dense(bias: bool, clip: bool) -> CompositeSpec:
+    ann = {"dq": _dequantize(wildcard())}
+    # TFLite: dequantize(permute_dims(W)); ONNX Gemm: permute_dims(dequantize(W)).
+    tflite_weight = ann["weight_tflite"] = _dequantize(is_op("relax.permute_dims")(is_const()))
+    onnx_weight = ann["weight_onnx"] = _dequantize(is_const())
+    matmul = ann["matmul"] = is_op("relax.matmul")(
+        ann["dq"], tflite_weight | is_op("relax.permute_dims")(onnx_weight) | onnx_weight
+    )
+    body = matmul
+    if bias:
+        ann["bias"] = _dequantize(is_const())
+        body = is_op("relax.add")(matmul, ann["bias"])
+    return _qdq_chain("qdq_dense" + ("_bias" if bias else ""), body, ann, _check_qdq_dense, clip)
+
+
+def _qdq_add(relu: bool, clip: bool) -> CompositeSpec:
+    ann = {"dq0": _dequantize(wildcard()), "dq1": _dequantize(wildcard())}
+    body = ann["add"] = is_op("relax.add")(ann["dq0"], ann["dq1"])
+    if relu:
+        body = is_op("relax.nn.relu")(body)
+    return _qdq_chain("qdq_add" + ("_relu" if relu else ""), body, ann, _check_qdq_add, clip)
+
+
+def _qdq_single(kind: str, op: str, check, arity: int = 1) -> CompositeSpec:
+    ann = {"dq": _dequantize(wildcard())}
+    body = ann["root_op"] = is_op(op)(ann["dq"], *[wildcard() for _ in range(arity - 1)])
+    return _qdq_chain(kind, body, ann, check, clip=False)
+
+
+def _qdq_concat(count: int) -> CompositeSpec:
+    ann = {f"dq{i}": _dequantize(wildcard()) for i in range(count)}
+    body = ann["root_op"] = is_op("relax.concat")(is_tuple([ann[f"dq{i}"] for i in range(count)]))
+    return _qdq_chain(f"qdq_concat{count}", body, ann, _check_qdq_same_encoding, clip=False)
+
+
+def _int8_op(kind: str, op: str, arity: int = 1) -> CompositeSpec:
+    root = is_op(op)(*[wildcard() for _ in range(arity)])
+    return CompositeSpec(kind, root, {"root": root, "root_op": root}, _check_int8_op)
+
+
+def _int8_avg_pool2d() -> CompositeSpec:
+    """TFLite's AVERAGE_POOL_2D: astype(int32) -> avg_pool2d -> astype(int8)."""
+    widen = is_op("relax.astype")(wildcard())
+    pool = is_op("relax.nn.avg_pool2d")(widen)
+    root = is_op("relax.astype")(pool)
+    return CompositeSpec("avg_pool2d_int8", root, {"root": root, "root_op": pool, "widen": widen}, _check_int8_avg_pool)
+
+
+def _check_int8_avg_pool(ctx: PatternCheckContext) -> str | None:
+    pool = ctx.annotated_expr["root_op"]
+    source = ctx.annotated_expr["widen"].args[0]
+    if _dtype(source) != "int8" or _dtype(ctx.annotated_expr["root"]) != "int8":
+        return "average pool that is not int8 -> int8"
+    if pool.attrs.count_include_pad or any(int(d) != 1 for d in pool.attrs.dilation):
+        return "average pool counting padding, or dilated"
+    if pool.attrs.layout not in QDQ_LAYOUTS:
+        return f"avg_pool2d layout {pool.attrs.layout}"
+    return None
+
+
+def _boundary(kind: str, op: str) -> CompositeSpec:
+    root = is_op(op)(wildcard(), is_const(), is_const())
+    return CompositeSpec(kind, root, {"root": root, "root_op": root}, _check_boundary)
+
+
+QDQ_PATTERNS: list[CompositeSpec] = [
+    _boundary("quantize", "relax.quantize"),
+    _boundary("dequantize", "relax.dequantize"),
+    _int8_op("clip_int8", "relax.clip", 3),
+    _int8_op("reshape_int8", "relax.reshape", 2),
+    _int8_op("pad_int8", "relax.nn.pad"),
+    _int8_op("max_pool2d_int8", "relax.nn.max_pool2d"),
+    _int8_avg_pool2d(),
+    _qdq_single("qdq_reshape", "relax.reshape", _check_qdq_same_encoding, arity=2),
+    _qdq_single("qdq_max_pool2d", "relax.nn.max_pool2d", _check_qdq_same_encoding),
+    _qdq_single("qdq_avg_pool2d", "relax.nn.avg_pool2d", _check_qdq_same_encoding),
+    _qdq_single("qdq_mean", "relax.mean", _check_qdq_mean),
+    *[_qdq_concat(count) for count in range(2, 9)],
+    *[_qdq_add(relu, clip) for relu in (False, True) for clip in (False, True)],
+    *[_qdq_dense(bias, clip) for bias in (False, True) for clip in (False, True)],
+    *[_qdq_conv2d(bias, clip) for bias in (False, True) for clip in (False, True)],
+]
+
 # Lowest priority first (TVM tries the last entry first): single ops, then the fused chains,
 # longest last, so that a conv takes its bias and activation with it.
 PATTERN_TABLE: list[CompositeSpec] = [
@@ -340,6 +571,7 @@ PATTERN_TABLE: list[CompositeSpec] = [
     *[_add(act) for act in ACTIVATIONS],
     *[_dense(bias, act) for bias in (False, True) for act in ACTIVATIONS],
     *[_conv2d(bias, act) for bias in (False, True) for act in ACTIVATIONS],
+    *QDQ_PATTERNS,
 ]
 
 

@@ -17,14 +17,15 @@ import torch
 import tvm
 from tqdm import tqdm
 
-from . import build, reference
+from . import build, peers, reference
 from .calibrate import calibrate
-from .frontend import export_model, to_relax
+from .frontend import export_model, import_onnx, import_tflite, to_relax
 from .inputs import load_inputs
 from .layer_errors import LayerError, layer_errors
 from .host import HostOpRunner
 from .partition import boundary_crossings, count_ops, offloaded_ops, partition, region_functions
 from .qarith import DEFAULT_FORMAT, NumberFormat
+from .quantize import annotate_prequantized
 
 
 # Inputs over which evaluate() measures per-layer error (the reference runs them as one batch).
@@ -53,9 +54,14 @@ class CompiledModel:
             self._vm = build.load(self.library_path)
         return self._vm
 
+    @property
+    def input_dtype(self) -> str:
+        return str(self.module["main"].params[0].ty.dtype)
+
     def run(self, x: np.ndarray) -> np.ndarray:
-        """First output of the compiled library for one float input."""
-        out = self.vm["main"](tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32)))
+        """First output of the compiled library for one input (float, or int8 for a model whose
+        interface is int8)."""
+        out = self.vm["main"](tvm.runtime.tensor(np.ascontiguousarray(x, dtype=self.input_dtype)))
         while not hasattr(out, "numpy"):
             out = out[0]
         return out.numpy()
@@ -65,7 +71,7 @@ class CompiledModel:
         dequantized from (None when a host op produces it)."""
         if self._qgraphs is None:  # quantize the regions once, not per input
             self._qgraphs = reference.quantized_regions(self.module)
-        out = reference.run_module(self.module, [np.asarray(x, dtype=np.float32)], self._host, self._qgraphs)[0]
+        out = reference.run_module(self.module, [np.asarray(x, dtype=self.input_dtype)], self._host, self._qgraphs)[0]
         return out, reference.output_scales(self.module, self._qgraphs)[0]
 
 
@@ -125,6 +131,53 @@ def compile_model(
     )
 
 
+# A model quantized elsewhere is compiled in the arithmetic of the stack that quantized it: a
+# .tflite model in TFLite's (bit-exact with its reference kernels); an ONNX QDQ model, whose
+# semantics are float, with zero points and single rounding.
+PREQUANTIZED_FORMATS = {
+    "tflite": NumberFormat("asymmetric", "tflite"),
+    "onnx": NumberFormat("asymmetric", "single"),
+}
+
+
+def compile_prequantized(
+    path: str | os.PathLike,
+    output_path: str | os.PathLike | None = None,
+    int8_only: bool = False,
+    simd: str | None = None,
+    number_format: NumberFormat | None = None,
+) -> CompiledModel:
+    """Compile a model quantized elsewhere (a full-integer ``.tflite`` or an ONNX QDQ ``.onnx``)
+    into one int8 shared library, with the model's own weights, scales and zero points: no
+    calibration. The library keeps the model's interface (int8 or float tensors, its layout)."""
+    start = time.perf_counter()
+    suffix = os.fspath(path).rsplit(".", 1)[-1].lower()
+    if suffix not in PREQUANTIZED_FORMATS:
+        raise ValueError(f"{path}: expected a .tflite or .onnx model")
+    mod = import_tflite(path) if suffix == "tflite" else import_onnx(path)
+    ops_total = count_ops(mod)
+    parted = partition(mod, int8_only=int8_only)
+    fmt = number_format or PREQUANTIZED_FORMATS[suffix]
+    annotated = tvm.IRModule(dict(parted.mod.functions), attrs=parted.mod.attrs)
+    for gv in list(annotated.functions.keys()):
+        if gv.name_hint in region_functions(parted.mod):
+            annotated[gv] = annotate_prequantized(annotated[gv], suffix, fmt)
+    executable = build.build(annotated, simd=simd)
+    if output_path is None:
+        output_path = os.path.join(tempfile.mkdtemp(prefix="byoc_int8_"), "model.so")
+    build.export(executable, output_path)
+    return CompiledModel(
+        library_path=os.fspath(output_path),
+        module=annotated,
+        ops_total=ops_total,
+        ops_offloaded=offloaded_ops(annotated),
+        host_ops=[asdict(h) | {"description": h.describe()} for h in parted.host_ops],
+        regions=len(region_functions(annotated)),
+        boundary_crossings=boundary_crossings(annotated),
+        compile_seconds=time.perf_counter() - start,
+    )
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
@@ -158,24 +211,13 @@ def evaluate(
         if labels is not None:
             correct_int8 += int(c_out.argmax() == labels[i])
             correct_float += int(f_out.argmax() == labels[i])
-    x = inputs[:1]
-    compiled.run(x)  # warm-up
-    times = []
-    for _ in range(latency_runs):
-        t = time.perf_counter()
-        compiled.run(x)
-        times.append((time.perf_counter() - t) * 1e3)
     accuracy = {}
     if labels is not None:
         accuracy = {"float_accuracy": correct_float / len(inputs), "int8_accuracy": correct_int8 / len(inputs)}
     if layers is None:
         layers = layer_errors(compiled.module, inputs[:LAYER_ERROR_INPUTS])
     return {
-        "ops_total": compiled.ops_total,
-        "ops_offloaded": compiled.ops_offloaded,
-        "regions": compiled.regions,
-        "host_ops": compiled.host_ops,
-        "boundary_crossings": compiled.boundary_crossings,
+        **_offload_report(compiled),
         "eval_inputs": len(inputs),
         "bit_exact": bit_exact,
         "max_lsb_diff": max_lsb,
@@ -184,7 +226,65 @@ def evaluate(
         "top1_agreement_vs_float": agree / len(inputs),
         **accuracy,
         "compile_seconds": round(compiled.compile_seconds, 2),
-        "latency_ms_median": round(statistics.median(times), 3),
+        "latency_ms_median": _latency_ms(compiled, inputs[:1], latency_runs),
         "library": compiled.library_path,
         "layers": [e.to_dict() for e in layers],
+    }
+
+
+def _offload_report(compiled: CompiledModel) -> dict:
+    return {
+        "ops_total": compiled.ops_total,
+        "ops_offloaded": compiled.ops_offloaded,
+        "regions": compiled.regions,
+        "host_ops": compiled.host_ops,
+        "boundary_crossings": compiled.boundary_crossings,
+    }
+
+
+def _latency_ms(compiled: CompiledModel, x: np.ndarray, runs: int) -> float:
+    """Median wall time of one run of the library, after a warm-up run."""
+    compiled.run(x)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        compiled.run(x)
+        times.append((time.perf_counter() - t) * 1e3)
+    return round(statistics.median(times), 3)
+
+
+def sample_inputs(compiled: CompiledModel, count: int, seed: int = 0) -> np.ndarray:
+    """Random inputs for a model quantized elsewhere, stacked on axis 0: int8 codes for an int8
+    interface, else values spread over the range its input encoding covers."""
+    shape = [int(d) for d in compiled.module["main"].params[0].ty.shape.values]
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(-128, 128, (count, *shape[1:]), dtype=np.int8)
+    if compiled.input_dtype == "int8":
+        return codes
+    region = next(iter(reference.quantized_regions(compiled.module).values()))
+    quant = region.quants[region.graph.inputs[0]]
+    return ((codes.astype(np.float32) - quant.zero_point) * np.float32(quant.scale)).astype(np.float32)
+
+
+def evaluate_prequantized(
+    compiled: CompiledModel, peer: peers.Peer | None, inputs: np.ndarray, latency_runs: int = 20
+) -> dict:
+    """The report for a model quantized elsewhere: offload counts, C vs integer reference, and
+    the distance to the peer stack in output LSB (0 is bit-exact; None without the peer)."""
+    outputs, bit_exact, max_lsb = [], True, 0.0
+    for i in range(len(inputs)):
+        x = inputs[i : i + 1]
+        out, (ref, scale) = compiled.run(x), compiled.run_reference(x)
+        bit_exact &= bool(np.array_equal(out, ref))
+        scale = 1.0 if out.dtype == np.int8 else (scale or 1.0)
+        max_lsb = max(max_lsb, float(np.abs(out.astype(np.float64) - ref).max() / scale))
+        outputs.append(out)
+    report = {**_offload_report(compiled), "eval_inputs": len(inputs), "bit_exact": bit_exact, "max_lsb_diff": max_lsb}
+    if peer is not None:
+        versus = peers.compare(outputs, [peer.run(inputs[i : i + 1]) for i in range(len(inputs))], peer.output_scale)
+        report |= {f"max_lsb_diff_vs_{peer.name}": versus["max_lsb"], f"equal_share_vs_{peer.name}": versus["equal_share"]}
+    return report | {
+        "compile_seconds": round(compiled.compile_seconds, 2),
+        "latency_ms_median": _latency_ms(compiled, inputs[:1], latency_runs),
+        "library": compiled.library_path,
     }

@@ -69,8 +69,11 @@ def activation_quants(graph: Graph, ranges: dict[int, tuple[float, float]], acti
 
 
 def _act_range(node: Node, q_out: qarith.ActivationQuant) -> tuple[int, int]:
-    """The int8 clamp of a node's fused relu / clip (lo, hi) at its output encoding."""
-    return qarith.clamp_bounds(node.attrs.get("clip"), q_out)
+    """The int8 clamp of a node's fused relu / clip (lo, hi) at its output encoding, narrowed by
+    the int8 bounds a model quantized elsewhere gives (TFLite's fused activations)."""
+    lo, hi = qarith.clamp_bounds(node.attrs.get("clip"), q_out)
+    int_lo, int_hi = node.attrs.get("int_clip") or (qarith.INT8_MIN, qarith.INT8_MAX)
+    return max(lo, int_lo), min(hi, int_hi)
 
 
 # Largest dot-product length: with |int8 x int8| <= 2^14 and a bias below 2^30, 2^15 terms keep
@@ -79,20 +82,29 @@ def _act_range(node: Node, q_out: qarith.ActivationQuant) -> tuple[int, int]:
 MAX_PATCH = 1 << 15
 
 
-def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.ActivationQuant) -> dict:
+def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.ActivationQuant,
+              double_requant: bool = False) -> dict:
     """Shared by conv2d and dense: per-channel weights, bias (input zero point folded in) and
-    requantization."""
-    patch = node.consts["weight"][0].size
+    requantization. Float weights are quantized here; a model quantized elsewhere brings its
+    int8 weights, their scales and its int32 bias (``weight_q``, ``weight_scales``, ``bias_q``).
+    `double_requant`: the factors as doubles, as TFLite's reference FULLY_CONNECTED uses them."""
+    if "weight_q" in node.consts:
+        weight_q, weight_scales = node.consts["weight_q"], node.consts["weight_scales"].astype(np.float64)
+        bias = node.consts.get("bias_q", np.zeros(weight_q.shape[0], np.int64))
+    else:
+        weight_q, weight_scales = qarith.quantize_weights_per_channel(node.consts["weight"])
+        bias = node.consts.get("bias", np.zeros(weight_q.shape[0], np.float32))
+        bias = qarith.quantize_bias(bias, q_in.scale, weight_scales)
+    patch = weight_q[0].size
     if patch > MAX_PATCH:
         raise ValueError(f"{node.composite}: dot products of {patch} terms could overflow int32")
-    weight_q, weight_scales = qarith.quantize_weights_per_channel(node.consts["weight"])
-    units = weight_q.shape[0]
-    bias = qarith.quantize_bias(node.consts.get("bias", np.zeros(units, np.float32)), q_in.scale, weight_scales)
-    multiplier, shift = qarith.per_channel_multipliers(q_in.scale * weight_scales / q_out.scale)
+    # TFLite's expression: (double)s_in * (double)s_w[c] / (double)s_out.
+    factors = q_in.scale * weight_scales / q_out.scale
+    multiplier, shift = qarith.per_channel_multipliers(factors)
     act_min, act_max = _act_range(node, q_out)
-    return {
+    params = {
         "weight": weight_q,
-        "bias": qarith.fold_input_zero_point(bias, weight_q, q_in.zero_point),
+        "bias": qarith.fold_input_zero_point(np.asarray(bias), weight_q, q_in.zero_point),
         "multiplier": multiplier,
         "shift": shift,
         "input_zero_point": q_in.zero_point,
@@ -100,6 +112,10 @@ def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.Activation
         "act_min": act_min,
         "act_max": act_max,
     }
+    if double_requant:
+        parts = [qarith.double_parts(float(f)) for f in factors]
+        params["double_requant"] = (np.array([m for m, _ in parts], np.int64), np.array([e for _, e in parts], np.int32))
+    return params
 
 
 def _plain_transpose(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple | None:
@@ -113,8 +129,12 @@ def _transpose_params(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> dict:
 
 
 def quantize_node(
-    node: Node, graph: Graph, quants: dict[int, qarith.ActivationQuant], rounding: str = "single"
+    node: Node, graph: Graph, quants: dict[int, qarith.ActivationQuant], rounding: str = "single",
+    source: str = "",
 ) -> QNode:
+    """The integer parameters of one node. `source` names where a model quantized elsewhere came
+    from ("tflite", "onnx"): a .tflite model's dense layers requantize as TFLite's reference
+    FULLY_CONNECTED does, in double precision."""
     q_in, q_out = quants[node.inputs[0]], quants[node.output]
     in_shape = graph.shapes[node.inputs[0]]
     out_shape = graph.shapes[node.output]
@@ -131,7 +151,7 @@ def quantize_node(
         params["weight"] = np.ascontiguousarray(weight.transpose((1, 2, 3, 0) if params["depthwise"] else (0, 2, 3, 1)))
         return made(params)
     if node.op == "dense":
-        return made(_weighted(node, q_in, q_out))
+        return made(_weighted(node, q_in, q_out, double_requant=source == "tflite"))
     if node.op == "add":
         act_min, act_max = _act_range(node, q_out)
         q_in2 = quants[node.inputs[1]]
@@ -174,8 +194,10 @@ def quantize_node(
     if node.op == "transpose":
         return made(_transpose_params(in_shape, tuple(a["axes"])))
     if node.op == "pad":
-        return made({"pads": layout.storage_pads(a["pads"]), "value": qarith.quantize_value(a["value"], q_out),
-                     "shape": layout.storage_shape(in_shape)})
+        value = a["value_q"] if "value_q" in a else qarith.quantize_value(a["value"], q_out)
+        return made({"pads": layout.storage_pads(a["pads"]), "value": value, "shape": layout.storage_shape(in_shape)})
+    if node.op == "reshape" and a.get("stored"):
+        return made({"to_logical": None, "to_stored": None})  # reads and writes the stored order
     if node.op == "reshape":
         # Stored order -> logical order -> reshape (free) -> stored order of the new shape.
         # Each step is a plain transpose (shape, perm) of an array, or None when it moves no byte.
@@ -188,10 +210,13 @@ def quantize_node(
 
 
 def quantize_graph(
-    graph: Graph, ranges: dict[int, tuple[float, float]], fmt: qarith.NumberFormat = qarith.DEFAULT_FORMAT
+    graph: Graph, ranges: dict[int, tuple[float, float]] | None, fmt: qarith.NumberFormat = qarith.DEFAULT_FORMAT,
+    source: str = "",
 ) -> QGraph:
-    quants = activation_quants(graph, ranges, fmt.activations)
-    return QGraph(graph, quants, [quantize_node(n, graph, quants, fmt.rounding) for n in graph.nodes], fmt)
+    """Integer parameters for every node: from calibrated `ranges`, or, for a model quantized
+    elsewhere, from the scales and zero points it carries (``graph.quants``)."""
+    quants = graph.quants if graph.prequantized else activation_quants(graph, ranges, fmt.activations)
+    return QGraph(graph, quants, [quantize_node(n, graph, quants, fmt.rounding, source) for n in graph.nodes], fmt)
 
 
 # Calibrated ranges travel with the IR: each region function carries, under this attribute, the
@@ -200,6 +225,8 @@ def quantize_graph(
 # reference) reads them back from the function itself.
 RANGES_ATTR = "byoc_int8.ranges"
 FORMAT_ATTR = "byoc_int8.format"
+# Regions of a model quantized elsewhere carry no ranges but where the model came from.
+SOURCE_ATTR = "byoc_int8.source"
 
 
 def annotate_region(func, ranges: dict[int, tuple[float, float]], fmt: qarith.NumberFormat = qarith.DEFAULT_FORMAT):
@@ -214,9 +241,17 @@ def region_format(func) -> qarith.NumberFormat:
     return qarith.NumberFormat.from_json(str(func.attrs[FORMAT_ATTR]))
 
 
+def annotate_prequantized(func, source: str, fmt: qarith.NumberFormat):
+    """A region of a model quantized elsewhere, marked with its source and number format."""
+    return func.with_attr(SOURCE_ATTR, source).with_attr(FORMAT_ATTR, fmt.to_json())
+
+
 def quantized_region(name: str, func) -> QGraph:
-    """Extract and quantize a calibrated region function."""
+    """Extract and quantize a calibrated (or prequantized) region function."""
     graph = extract_graph(name, func)
+    if graph.prequantized:
+        source = str(func.attrs[SOURCE_ATTR]) if func.attrs is not None and SOURCE_ATTR in func.attrs else ""
+        return quantize_graph(graph, None, region_format(func), source)
     if func.attrs is None or RANGES_ATTR not in func.attrs:
         raise ValueError(f"region {name} has not been calibrated (no {RANGES_ATTR} attribute)")
     ranges = json.loads(str(func.attrs[RANGES_ATTR]))

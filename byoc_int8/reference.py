@@ -76,7 +76,12 @@ def conv2d(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
 def _output_stage(acc: np.ndarray, q: QNode) -> np.ndarray:
     """Bias, requantization, output zero point and clamp: shared by conv2d and dense."""
     p = q.params
-    y = qarith.requantize(acc + p["bias"].astype(np.int64), p["multiplier"], p["shift"], q.rounding)
+    acc = acc + p["bias"].astype(np.int64)
+    if "double_requant" in p:  # TFLite's reference FULLY_CONNECTED
+        mantissa, exponent = p["double_requant"]
+        y = qarith.requantize_double(acc, mantissa.astype(np.float64) * np.exp2(exponent.astype(np.float64)))
+    else:
+        y = qarith.requantize(acc, p["multiplier"], p["shift"], q.rounding)
     return qarith.clamp_s8(y + p["output_zero_point"], p["act_min"], p["act_max"])
 
 
@@ -141,6 +146,8 @@ def clip(x: np.ndarray, q: QNode) -> np.ndarray:
 
 # Layout ops are defined on the logical tensor; the C kernels work on the stored order.
 def reshape(x: np.ndarray, q: QNode, out_shape) -> np.ndarray:
+    if q.node.attrs.get("stored"):  # an NHWC model's reshape, of the stored order
+        return x.reshape(storage_shape(out_shape))
     return to_storage(to_logical(x).reshape(out_shape))
 
 
@@ -187,13 +194,25 @@ def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
     raise ValueError(f"no reference kernel for {q.op}")
 
 
+def _stored(qgraph: QGraph, x: np.ndarray) -> np.ndarray:
+    """A boundary tensor in storage order: an NHWC model's tensors already are."""
+    return x if qgraph.graph.layout == "NHWC" else to_storage(x)
+
+
+def _unstored(qgraph: QGraph, x: np.ndarray) -> np.ndarray:
+    return x if qgraph.graph.layout == "NHWC" else to_logical(x)
+
+
 def run_quantized_values(qgraph: QGraph, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
-    """Every int8 value of a region (storage order) for float inputs."""
+    """Every int8 value of a region (storage order) for its inputs (float, or int8 where the
+    region's interface is int8)."""
     g = qgraph.graph
-    values = {
-        v: to_storage(qarith.quantize_tensor(x, qgraph.quants[v], qgraph.format.rounding))
-        for v, x in zip(g.inputs, inputs)
-    }
+    values = {}
+    for i, (v, x) in enumerate(zip(g.inputs, inputs)):
+        if g.input_dtype(i) == "int8":
+            values[v] = _stored(qgraph, np.asarray(x, np.int8))
+        else:
+            values[v] = _stored(qgraph, qarith.quantize_tensor(x, qgraph.quants[v], qgraph.format.rounding))
     for q in qgraph.nodes:
         shape = (values[q.node.inputs[0]].shape[0],) + g.shapes[q.node.output][1:]
         values[q.node.output] = run_node(q, [values[i] for i in q.node.inputs], shape)
@@ -201,16 +220,18 @@ def run_quantized_values(qgraph: QGraph, inputs: list[np.ndarray]) -> dict[int, 
 
 
 def run_quantized(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """int8 outputs (logical order) of a region for float inputs, as the accelerator computes them."""
+    """int8 outputs (the model's layout) of a region, as the accelerator computes them."""
     values = run_quantized_values(qgraph, inputs)
-    return [to_logical(values[v]) for v in qgraph.graph.outputs]
+    return [_unstored(qgraph, values[v]) for v in qgraph.graph.outputs]
 
 
 def run_region_float(qgraph: QGraph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Float outputs of a region: run_quantized followed by the exit dequantization."""
+    """A region's outputs as its interface gives them: dequantized at the exit, or int8 where the
+    region's output is int8."""
+    g = qgraph.graph
     return [
-        qarith.dequantize_tensor(y, qgraph.quants[v])
-        for y, v in zip(run_quantized(qgraph, inputs), qgraph.graph.outputs)
+        y if g.output_dtype(i) == "int8" else qarith.dequantize_tensor(y, qgraph.quants[v])
+        for i, (y, v) in enumerate(zip(run_quantized(qgraph, inputs), g.outputs))
     ]
 
 

@@ -186,10 +186,10 @@ static DLTensor* b8_tensor_arg(const TVMFFIAny* arg) {
   return NULL;
 }
 
-/* Checks a float32, compact, CPU tensor of the given shape; returns its data or NULL with an error
- * message naming the argument. */
+/* Checks a compact CPU tensor of the given dtype (float32 or int8) and shape; returns its data or
+ * NULL with an error message naming the argument. */
 static void* b8_checked_data(const char* region, const TVMFFIAny* arg, const char* name,
-                             int32_t ndim, const int64_t* shape) {
+                             int32_t is_int8, int32_t ndim, const int64_t* shape) {
   char message[512];
   DLTensor* t = b8_tensor_arg(arg);
   if (!t) {
@@ -198,9 +198,10 @@ static void* b8_checked_data(const char* region, const TVMFFIAny* arg, const cha
     b8_fail(message);
     return NULL;
   }
-  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {
-    snprintf(message, sizeof message, "%s: %s must be float32 (dtype code %d, %d bits)", region,
-             name, (int)t->dtype.code, (int)t->dtype.bits);
+  if (t->dtype.code != (is_int8 ? kDLInt : kDLFloat) || t->dtype.bits != (is_int8 ? 8 : 32) ||
+      t->dtype.lanes != 1) {
+    snprintf(message, sizeof message, "%s: %s must be %s (dtype code %d, %d bits)", region, name,
+             is_int8 ? "int8" : "float32", (int)t->dtype.code, (int)t->dtype.bits);
     b8_fail(message);
     return NULL;
   }
@@ -413,6 +414,16 @@ class RegionEmitter:
                     f'    if (TVMBackendParallelLaunch(b8_conv_task, &job, 0) != 0) '
                     f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");'
                 )
+            elif "double_requant" in p:  # a .tflite model's FULLY_CONNECTED
+                units, depth = p["weight"].shape
+                batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
+                dm = self._const(f"{tag}_mantissa", "int64_t", p["double_requant"][0])
+                de = self._const(f"{tag}_exponent", "int32_t", p["double_requant"][1])
+                self.body.append(
+                    f"    static const b8_double_requant_params dq = {{{dm}, {de}, {p['act_min']}, {p['act_max']}, "
+                    f"{p['output_zero_point']}}};"
+                )
+                self._call(label, f"b8_dense_s8_double_requant(&dq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
             else:
                 units, depth = p["weight"].shape
                 batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
@@ -494,39 +505,65 @@ class RegionEmitter:
             raise ValueError(f"no C emitter for op {qn.op}")
         self.body.append("  }")
 
-    def _boundary_dims(self, value: int, name: str) -> str | None:
+    def _interface_shape(self, value: int) -> tuple[int, ...]:
+        """A boundary tensor's shape as the caller passes it: logical, or an NHWC model's own."""
         shape = self.g.shapes[value]
-        if len(shape) != 4:
+        return storage_shape(shape) if self.g.layout == "NHWC" else shape
+
+    def _boundary_dims(self, value: int, name: str) -> str:
+        """The b8_dims that make a boundary conversion transpose NCHW <-> NHWC, or NULL when the
+        caller's tensor is already in storage order (rank != 4, or an NHWC model)."""
+        shape = self.g.shapes[value]
+        if len(shape) != 4 or self.g.layout == "NHWC":
             return "NULL"
         self.body.append(f"  static const b8_dims {name} = {_dims(storage_shape(shape))};")
         return f"&{name}"
 
+    def _int8_boundary(self, value: int, src: str, dst: str, entering: bool, tag: str) -> None:
+        """An int8 tensor of the interface copied in or out (transposed when it is NCHW)."""
+        shape = self.g.shapes[value]
+        if len(shape) != 4 or self.g.layout == "NHWC":
+            self.body.append(f"  memcpy({dst}, {src}, {math.prod(shape)});")
+            return
+        from_shape, perm = (shape, (0, 2, 3, 1)) if entering else (storage_shape(shape), (0, 3, 1, 2))
+        self.body += [
+            f"  static const int32_t {tag}_shape[4] = {{{_c_ints(from_shape)}}}, {tag}_perm[4] = {{{_c_ints(perm)}}};",
+            f"  b8_transpose_s8(4, {tag}_shape, {tag}_perm, (const int8_t*){src}, (int8_t*){dst});",
+        ]
+
     def emit(self) -> str:
         plan = plan_memory(self.q, scratch_bytes(self.q))
         n_in, n_out = len(self.g.inputs), len(self.g.outputs)
-        self.body.append(f"static int {self.symbol}_run(float* const* inputs, float* const* outputs, int8_t* arena) {{")
+        self.body.append(f"static int {self.symbol}_run(void* const* inputs, void* const* outputs, int8_t* arena) {{")
         for i, v in enumerate(self.g.inputs):
+            if self.g.input_dtype(i) == "int8":
+                self._int8_boundary(v, f"inputs[{i}]", self._buffer(v, plan), True, f"input{i}")
+                continue
             dims = self._boundary_dims(v, f"input{i}_dims")
             quant = self.q.quants[v]
             size = math.prod(self.g.shapes[v])
             self.body.append(
-                f"  if (b8_quantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, inputs[{i}], "
-                f"{self._buffer(v, plan)}) != B8_OK)\n"
+                f"  if (b8_quantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
+                f"(const float*)inputs[{i}], {self._buffer(v, plan)}) != B8_OK)\n"
                 f'    return b8_fail("{self.symbol}: input {i} contains NaN or infinity");'
             )
         for index, qn in enumerate(self.q.nodes):
             self._node(index, qn, plan)
         for i, v in enumerate(self.g.outputs):
+            if self.g.output_dtype(i) == "int8":
+                self._int8_boundary(v, self._buffer(v, plan), f"outputs[{i}]", False, f"output{i}")
+                continue
             dims = self._boundary_dims(v, f"output{i}_dims")
             size = math.prod(self.g.shapes[v])
             quant = self.q.quants[v]
             self.body.append(
                 f"  b8_dequantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
-                f"{self._buffer(v, plan)}, outputs[{i}]);"
+                f"{self._buffer(v, plan)}, (float*)outputs[{i}]);"
             )
         self.body += ["  return 0;", "}", ""]
 
-        shapes = [self.g.shapes[v] for v in self.g.inputs + self.g.outputs]
+        values = self.g.inputs + self.g.outputs
+        shapes = [self._interface_shape(v) for v in values]
         names = [f"input {i}" for i in range(n_in)] + [f"output {i}" for i in range(n_out)]
         entry = [
             f'extern "C" int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args, int32_t num_args,',
@@ -535,12 +572,14 @@ class RegionEmitter:
             f'    return b8_fail("{self.symbol}: compiled for instructions ({self.simd}) this CPU does not have");',
             f"  if (num_args != {n_in + n_out})",
             f'    return b8_fail("{self.symbol}: expected {n_in} inputs and {n_out} outputs");',
-            f"  float* tensors[{n_in + n_out}];",
+            f"  void* tensors[{n_in + n_out}];",
         ]
-        for i, (shape, name) in enumerate(zip(shapes, names)):
+        dtypes = [self.g.input_dtype(i) for i in range(n_in)] + [self.g.output_dtype(i) for i in range(n_out)]
+        for i, (shape, name, dtype) in enumerate(zip(shapes, names, dtypes)):
+            is_int8 = int(dtype == "int8")
             entry += [
                 f"  static const int64_t shape{i}[] = {{{_c_ints(shape)}}};",
-                f'  tensors[{i}] = (float*)b8_checked_data("{self.symbol}", &args[{i}], "{name}", {len(shape)}, shape{i});',
+                f'  tensors[{i}] = b8_checked_data("{self.symbol}", &args[{i}], "{name}", {is_int8}, {len(shape)}, shape{i});',
                 f"  if (!tensors[{i}]) return -1;",
             ]
         entry += [
