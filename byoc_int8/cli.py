@@ -109,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if Path(args.model).suffix.lower() in (".tflite", ".onnx"):
         return _prequantized(args)
     model, float_model, calib, evals, labels = _load_model(args)
-    try:
-        compiled = compile_model(
+    compiled = _compiled(args, lambda: compile_model(
             model,
             calib,
             method=args.method,
@@ -121,14 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             number_format=NumberFormat(args.activations or DEFAULT_FORMAT.activations,
                                        args.rounding or DEFAULT_FORMAT.rounding),
             **_calibration_options(args),
-        )
-    except Int8OnlyError as err:
-        print(f"byoc-int8: {err}", file=sys.stderr)
-        return 2
-    if args.command == "compile":
-        print(f"wrote {compiled.library_path} ({compiled.ops_offloaded}/{compiled.ops_total} ops offloaded, "
-              f"{compiled.compile_seconds:.1f} s)")
-        return 0
+        ))
+    if compiled is None or args.command == "compile":
+        return 2 if compiled is None else 0
     layers = layer_errors(compiled.module, evals[:LAYER_ERROR_INPUTS])
     report = {"model": args.model, "calibration": args.method,
               "activations": args.activations or DEFAULT_FORMAT.activations,
@@ -143,6 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _compiled(args, compile_it):
+    """The compiled model (for `compile`, the library written and said so), or None after
+    printing why strict int8 mode refused the model."""
+    try:
+        compiled = compile_it()
+    except Int8OnlyError as err:
+        print(f"byoc-int8: {err}", file=sys.stderr)
+        return None
+    if args.command == "compile":
+        print(f"wrote {compiled.library_path} ({compiled.ops_offloaded}/{compiled.ops_total} ops offloaded, "
+              f"{compiled.compile_seconds:.1f} s)")
+    return compiled
+
+
 def _prequantized(args) -> int:
     """compile / run of a model quantized elsewhere: its own scales, no calibration."""
     path = Path(args.model)
@@ -151,16 +159,11 @@ def _prequantized(args) -> int:
     kind = path.suffix.lower().lstrip(".")
     default = PREQUANTIZED_FORMATS[kind]
     fmt = NumberFormat(args.activations or default.activations, args.rounding or default.rounding)
-    try:
-        compiled = compile_prequantized(path, args.output if args.command == "compile" else None,
-                                        int8_only=args.int8_only, simd=args.simd, number_format=fmt)
-    except Int8OnlyError as err:
-        print(f"byoc-int8: {err}", file=sys.stderr)
-        return 2
-    if args.command == "compile":
-        print(f"wrote {compiled.library_path} ({compiled.ops_offloaded}/{compiled.ops_total} ops offloaded, "
-              f"{compiled.compile_seconds:.1f} s)")
-        return 0
+    compiled = _compiled(args, lambda: compile_prequantized(
+        path, args.output if args.command == "compile" else None, int8_only=args.int8_only, simd=args.simd,
+        number_format=fmt))
+    if compiled is None or args.command == "compile":
+        return 2 if compiled is None else 0
     inputs = np.load(args.calib) if args.calib else sample_inputs(compiled, args.num_eval or 16)
     report = {"model": args.model, "activations": fmt.activations, "rounding": fmt.rounding,
               **evaluate_prequantized(compiled, _peer(kind, path, compiled), inputs)}

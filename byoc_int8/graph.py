@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import tvm
 from tvm import relax
 
+from . import activations
 from .patterns import prim_number
 from .qarith import ActivationQuant
 
@@ -26,7 +27,7 @@ class Node:
     """One composite: `op` reads `inputs` (value ids) and defines value `output`."""
 
     # conv2d | dense | add | clip | max_pool2d | avg_pool2d | global_avg_pool2d | concat |
-    # reshape | transpose | pad
+    # reshape | transpose | pad | lut
     op: str
     inputs: list[int]
     output: int
@@ -170,6 +171,14 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
         return Node("global_avg_pool2d", inputs, output)
     if kind == "reshape":
         return Node("reshape", inputs, output)
+    if kind.startswith("lut_"):
+        function, alpha = kind[len("lut_"):], 0.0
+        if function == "leaky_relu":
+            alpha = float(calls["relax.nn.leakyrelu"].attrs.alpha)
+        if function == "elu":  # -alpha * relu(1 - exp(x)) + relu(x)
+            scale = next(a for a in calls["relax.multiply"].args if isinstance(a, tvm.ir.GenericConst))
+            alpha = -float(scale.value.numpy().reshape(-1)[0])
+        return Node("lut", inputs, output, {"function": function, "alpha": alpha})
     if kind == "transpose":
         return Node("transpose", inputs, output, {"axes": _ints(calls["relax.permute_dims"].attrs.axes)})
     if kind == "concat":
@@ -497,6 +506,8 @@ def run_float_node(node: Node, args: list[torch.Tensor], out_shape: tuple[int, .
     elif node.op == "dense":
         bias = torch.from_numpy(node.consts["bias"]) if "bias" in node.consts else None
         y = F.linear(x, torch.from_numpy(node.consts["weight"]), bias)
+    elif node.op == "lut":
+        y = activations.apply(a["function"], x, a["alpha"])
     else:
         raise UnsupportedCompositeError(f"no float lowering for {node.op}")
     if a.get("clip"):

@@ -249,9 +249,22 @@ def _check_dense(ctx: PatternCheckContext) -> str | None:
     return problem or _activation_problem(ctx)
 
 
+def _leak_problem(ctx: PatternCheckContext) -> str | None:
+    """A composite has one result: a value inside it that is also used outside (a residual that
+    reads the conv output before its relu, an ELU's relu(x) next to its exp(x)) cannot be fused."""
+    root = ctx.value_to_bound_var.get(ctx.matched_expr)
+    inside = set(ctx.matched_bindings.keys())
+    for var in inside:
+        if var.same_as(root):
+            continue
+        if any(user not in inside for user in ctx.var_usages.get(var, [])):
+            return f"an intermediate value ({var.name}) is also used outside the pattern"
+    return None
+
+
 def _recorded(check: Callable[[PatternCheckContext], str | None]) -> Callable[[PatternCheckContext], bool]:
     def run(ctx: PatternCheckContext) -> bool:
-        reason = check(ctx)
+        reason = _leak_problem(ctx) or check(ctx)
         if reason is not None:
             _refusals[ctx.annotated_expr["root"]] = reason
         return reason is None
@@ -324,6 +337,80 @@ def _clip() -> CompositeSpec:
 
 
 ACTIVATIONS = ("", "relu", "clip")
+
+
+# ---- Lookup-table activations: a function of one tensor, as torch.export decomposes it ---------
+
+
+def _const_value(expr: relax.Expr) -> float | None:
+    if isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().size == 1:
+        return float(expr.value.numpy().reshape(-1)[0])
+    return None
+
+
+def _check_lut(ctx: PatternCheckContext) -> str | None:
+    """The input is a float tensor, and every constant of the decomposition has the value that
+    makes it the named function (hardswish's 3 and 6, ELU's 1, mish's softplus threshold 20)."""
+    problem = _tensor_problem(ctx.annotated_expr["input"], "activation input")
+    if problem:
+        return problem
+    for name, call in ctx.annotated_expr.items():
+        if name.startswith("const_"):
+            want = float(name.split("_", 1)[1].replace("m", "-"))
+            if _const_value(call) != want:
+                return f"constant {_const_value(call)} where the activation has {want}"
+        if name.startswith("clip_"):
+            lo, hi = prim_number(call.args[1]), prim_number(call.args[2])
+            want = {"clip_lower": (0.0, math.inf), "clip_upper": (-math.inf, 6.0), "clip_single": (0.0, 6.0)}[name]
+            if (lo, hi) != want:
+                return f"clip bounds ({lo}, {hi}) where relu6(x + 3) has {want}"
+    if "elu_scale" in ctx.annotated_expr and (_const_value(ctx.annotated_expr["elu_scale"]) or 0.0) >= 0:
+        return "ELU with a non-positive alpha"
+    return None
+
+
+def _relu6_of_x_plus_3(x: DFPattern, ann: dict) -> DFPattern:
+    """relu6(x + 3) as torch.export writes it: clip(x + 3, 0, 6) (F.relu6), or
+    clip(clip(x + 3, 0, inf), -inf, 6) (hardsigmoid, hardswish)."""
+    shifted = is_op("relax.add")(x, ann.setdefault("const_3", is_const()))
+    lower = ann["clip_lower"] = is_op("relax.clip")(shifted, wildcard(), wildcard())
+    upper = ann["clip_upper"] = is_op("relax.clip")(lower, wildcard(), wildcard())
+    single = ann["clip_single"] = is_op("relax.clip")(shifted, wildcard(), wildcard())
+    return upper | single
+
+
+def _lut(function: str) -> CompositeSpec:
+    x = wildcard()
+    ann: dict = {"input": x}
+    if function in ("sigmoid", "tanh"):
+        root = is_op(f"relax.{function}")(x)
+    elif function in ("gelu", "gelu_tanh"):
+        root = is_op(f"relax.nn.{function}")(x)
+    elif function == "leaky_relu":
+        root = is_op("relax.nn.leakyrelu")(x)
+    elif function == "silu":
+        sig = is_op("relax.sigmoid")(x)
+        root = is_op("relax.multiply")(x, sig) | is_op("relax.multiply")(sig, x)
+    elif function == "hardsigmoid":
+        root = is_op("relax.divide")(_relu6_of_x_plus_3(x, ann), ann.setdefault("const_6", is_const()))
+    elif function == "hardswish":
+        product = is_op("relax.multiply")(x, _relu6_of_x_plus_3(x, ann))
+        root = is_op("relax.divide")(product, ann.setdefault("const_6", is_const()))
+    elif function == "elu":  # -alpha * relu(1 - exp(x)) + relu(x)
+        negative = is_op("relax.nn.relu")(is_op("relax.subtract")(ann.setdefault("const_1", is_const()), is_op("relax.exp")(x)))
+        root = is_op("relax.add")(is_op("relax.multiply")(ann.setdefault("elu_scale", is_const()), negative),
+                                  is_op("relax.nn.relu")(x))
+    elif function == "mish":  # x * tanh(softplus(x)), softplus with PyTorch's threshold 20
+        softplus = is_op("relax.log")(is_op("relax.add")(is_op("relax.exp")(x), ann.setdefault("const_1", is_const())))
+        large = is_op("relax.greater")(x, ann.setdefault("const_20", is_const()))
+        root = is_op("relax.multiply")(x, is_op("relax.tanh")(is_op("relax.where")(large, x, softplus)))
+    else:
+        raise ValueError(f"no pattern for activation {function!r}")
+    ann["root"] = root
+    return CompositeSpec(f"lut_{function}", root, ann, _check_lut)
+
+
+LUT_FUNCTIONS = ("sigmoid", "tanh", "gelu", "gelu_tanh", "leaky_relu", "silu", "hardsigmoid", "hardswish", "elu", "mish")
 
 
 # ---- QDQ composites: models quantized elsewhere (.tflite, ONNX QDQ) ----------------------------
@@ -569,6 +656,7 @@ PATTERN_TABLE: list[CompositeSpec] = [
     _single("avg_pool2d", "relax.nn.avg_pool2d", 1, _check_avg_pool2d),
     _single("max_pool2d", "relax.nn.max_pool2d", 1, _check_max_pool2d),
     *[_add(act) for act in ACTIVATIONS],
+    *[_lut(function) for function in LUT_FUNCTIONS],
     *[_dense(bias, act) for bias in (False, True) for act in ACTIVATIONS],
     *[_conv2d(bias, act) for bias in (False, True) for act in ACTIVATIONS],
     *QDQ_PATTERNS,

@@ -113,20 +113,28 @@ def compile_model(
     calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress,
                            number_format=number_format, **calibration_options)
     stages.update()
-    executable = build.build(calibrated, simd=simd)
+    compiled = _build(calibrated, parted.host_ops, ops_total, output_path, simd, start)
+    stages.update()
+    stages.close()
+    return compiled
+
+
+def _build(mod: tvm.IRModule, host_ops: list, ops_total: int, output_path, simd: str | None,
+           start: float) -> CompiledModel:
+    """Codegen, host compile and export of a partitioned module whose regions are ready to
+    quantize (calibrated, or carrying a model's own encodings)."""
+    executable = build.build(mod, simd=simd)
     if output_path is None:
         output_path = os.path.join(tempfile.mkdtemp(prefix="byoc_int8_"), "model.so")
     build.export(executable, output_path)
-    stages.update()
-    stages.close()
     return CompiledModel(
         library_path=os.fspath(output_path),
-        module=calibrated,
+        module=mod,
         ops_total=ops_total,
-        ops_offloaded=offloaded_ops(calibrated),
-        host_ops=[asdict(h) | {"description": h.describe()} for h in parted.host_ops],
-        regions=len(region_functions(calibrated)),
-        boundary_crossings=boundary_crossings(calibrated),
+        ops_offloaded=offloaded_ops(mod),
+        host_ops=[asdict(h) | {"description": h.describe()} for h in host_ops],
+        regions=len(region_functions(mod)),
+        boundary_crossings=boundary_crossings(mod),
         compile_seconds=time.perf_counter() - start,
     )
 
@@ -162,20 +170,7 @@ def compile_prequantized(
     for gv in list(annotated.functions.keys()):
         if gv.name_hint in region_functions(parted.mod):
             annotated[gv] = annotate_prequantized(annotated[gv], suffix, fmt)
-    executable = build.build(annotated, simd=simd)
-    if output_path is None:
-        output_path = os.path.join(tempfile.mkdtemp(prefix="byoc_int8_"), "model.so")
-    build.export(executable, output_path)
-    return CompiledModel(
-        library_path=os.fspath(output_path),
-        module=annotated,
-        ops_total=ops_total,
-        ops_offloaded=offloaded_ops(annotated),
-        host_ops=[asdict(h) | {"description": h.describe()} for h in parted.host_ops],
-        regions=len(region_functions(annotated)),
-        boundary_crossings=boundary_crossings(annotated),
-        compile_seconds=time.perf_counter() - start,
-    )
+    return _build(annotated, parted.host_ops, ops_total, output_path, simd, start)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

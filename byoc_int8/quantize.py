@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import layout, qarith
+from . import activations, layout, qarith
 from .graph import Graph, Node, extract_graph
 
 # Ops whose output reuses the input's scale and zero point: they only move, select, clamp or
@@ -25,7 +25,7 @@ SCALE_PRESERVING = {"max_pool2d", "avg_pool2d", "reshape", "transpose", "pad", "
 class QNode:
     node: Node
     params: dict = field(default_factory=dict)
-    rounding: str = "single"  # how every requantization of this node rounds (qarith.ROUNDINGS)
+    rounding: str = qarith.DEFAULT_FORMAT.rounding  # how its requantizations round (qarith.ROUNDINGS)
 
     @property
     def op(self) -> str:
@@ -49,6 +49,8 @@ class QGraph:
                 known[q.node.output] = q.params["act_min"] >= 0
             elif q.op == "pad":
                 known[q.node.output] = inputs[0] and q.params["value"] >= 0
+            elif q.op == "lut":
+                known[q.node.output] = bool((q.params["table"] >= 0).all())
             else:  # pooling, concat and layout ops: averages or copies, offset by zero points
                 zero_points = [self.quants[v].zero_point for v in q.node.inputs + [q.node.output]]
                 known[q.node.output] = all(inputs) and all(z == 0 for z in zero_points)
@@ -129,7 +131,7 @@ def _transpose_params(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> dict:
 
 
 def quantize_node(
-    node: Node, graph: Graph, quants: dict[int, qarith.ActivationQuant], rounding: str = "single",
+    node: Node, graph: Graph, quants: dict[int, qarith.ActivationQuant], rounding: str = qarith.DEFAULT_FORMAT.rounding,
     source: str = "",
 ) -> QNode:
     """The integer parameters of one node. `source` names where a model quantized elsewhere came
@@ -178,6 +180,8 @@ def quantize_node(
         return made({"pad_value": q_in.zero_point})
     if node.op == "max_pool2d":
         return made()
+    if node.op == "lut":
+        return made({"table": activations.lookup_table(a["function"], a["alpha"], q_in, q_out)})
     if node.op == "concat":
         factors = np.array([quants[v].scale / q_out.scale for v in node.inputs])
         multiplier, shift = qarith.per_channel_multipliers(factors)

@@ -168,6 +168,11 @@ def concat(xs: list[np.ndarray], q: QNode) -> np.ndarray:
     return to_storage(np.concatenate(parts, axis=q.node.attrs["axis"]))
 
 
+def lut(x: np.ndarray, q: QNode) -> np.ndarray:
+    """An elementwise activation as its 256-entry table, indexed by the input code + 128."""
+    return q.params["table"][x.astype(np.int16) + 128]
+
+
 def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
     if q.op == "conv2d":
         return conv2d(args[0], q, out_shape)
@@ -191,6 +196,8 @@ def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
         return pad(args[0], q)
     if q.op == "concat":
         return concat(args, q)
+    if q.op == "lut":
+        return lut(args[0], q)
     raise ValueError(f"no reference kernel for {q.op}")
 
 

@@ -153,7 +153,7 @@ def test_layer_error_report_and_plot(tmp_path, digits_data):
     for e in errors:
         assert np.isfinite(e.sqnr_db) and e.sqnr_db > 10  # a 99th percentile costs SQNR where it clips
         lo, hi = e.clip_range
-        assert lo < 0 < hi and 0.0 <= e.clipped_fraction < 0.05
+        assert lo <= 0 < hi and 0.0 <= e.clipped_fraction < 0.05
     assert any(e.clipped_fraction > 0 for e in errors)  # a 99th percentile clips something
     drawn = plot_layer_errors(errors, str(tmp_path / "layers.png"), layer="3 add_relu")
     assert drawn == "3 add_relu"

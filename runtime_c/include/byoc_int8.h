@@ -265,6 +265,10 @@ B8_API b8_status b8_dense_s8_double_requant(const b8_double_requant_params* quan
 B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, const int8_t* input,
                             int8_t* output);
 
+/* An elementwise function of one tensor (sigmoid, hardswish, GELU, ...) as a 256-entry table
+ * built at compile time from both encodings: output[i] = table[input[i] + 128]. */
+B8_API b8_status b8_lut_s8(int32_t size, const int8_t* table, const int8_t* input, int8_t* output);
+
 /* Concatenation along one axis: the tensors are viewed as (outer, inner_i) and output row r is
  * the rows r of every input side by side, each requantized to the output scale:
  * requant(x - zero_points[i]) + output_zero_point. */

@@ -1,4 +1,4 @@
-/* Elementwise kernels: add with rescaling of both inputs, clip. */
+/* Elementwise kernels: add with rescaling of both inputs, clip, table lookup. */
 #include "byoc_int8.h"
 #include "internal.h"
 
@@ -68,5 +68,11 @@ B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, cons
                             int8_t* output) {
   if (act_min > act_max) return B8_ERROR_ARGUMENT;
   for (int32_t i = 0; i < size; ++i) output[i] = b8_clamp_s8(input[i], act_min, act_max);
+  return B8_OK;
+}
+
+B8_API b8_status b8_lut_s8(int32_t size, const int8_t* table, const int8_t* input, int8_t* output) {
+  if (size < 0) return B8_ERROR_ARGUMENT;
+  for (int32_t i = 0; i < size; ++i) output[i] = table[(int32_t)input[i] + 128];
   return B8_OK;
 }
