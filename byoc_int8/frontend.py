@@ -76,6 +76,51 @@ def _fold_batch_norm_after_biased_conv(func: relax.Function) -> relax.Function:
     return rewrite_call(pattern, rewrite, func)
 
 
+def _batch_norm_as_depthwise_conv(func: relax.Function) -> relax.Function:
+    """An inference batch norm that no convolution precedes (DenseNet's BN -> ReLU -> conv,
+    pre-activation ResNets) is a per-channel affine: a depthwise 1x1 convolution plus a bias,
+    which the conv2d composites take."""
+    bn = is_op("relax.nn.batch_norm")(wildcard(), is_const(), is_const(), is_const(), is_const())
+    pattern = is_tuple_get_item(bn, 0)
+
+    def rewrite(expr: relax.Expr, matches: dict) -> relax.Expr:
+        call = matches[bn]
+        shape = call.args[0].ty.shape
+        if int(call.attrs.axis) != 1 or shape is None or len(shape.values) != 4:
+            return expr
+        gamma, beta, mean, var = (a.value.numpy().astype(np.float64) for a in call.args[1:])
+        scale = gamma / np.sqrt(var + float(call.attrs.epsilon))
+        conv = relax.op.nn.conv2d(call.args[0], relax.const(scale.astype(np.float32).reshape(-1, 1, 1, 1)),
+                                  groups=len(scale))
+        return relax.op.add(conv, relax.const((beta - mean * scale).astype(np.float32).reshape(1, -1, 1, 1)))
+
+    return rewrite_call(pattern, rewrite, func)
+
+
+def _split_as_slices(func: relax.Function) -> relax.Function:
+    """split(x)[i] (torch.chunk / torch.split, ShuffleNet's channel split) becomes the strided
+    slice it reads, so that each part is an ordinary single-output op."""
+    split = is_op("relax.split")(wildcard())
+    pattern = is_tuple_get_item(split, None)
+
+    def rewrite(expr: relax.Expr, matches: dict) -> relax.Expr:
+        call = matches[split]
+        shape = call.args[0].ty.shape
+        if shape is None:
+            return expr
+        dims = [int(d) for d in shape.values]
+        axis = int(call.attrs.axis) % len(dims)
+        sections = call.attrs.indices_or_sections
+        if hasattr(sections, "__len__"):  # split points
+            bounds = [0, *[int(i) for i in sections], dims[axis]]
+        else:  # a number of equal parts
+            bounds = list(range(0, dims[axis] + 1, dims[axis] // int(sections)))
+        begin, end = bounds[expr.index], bounds[expr.index + 1]
+        return relax.op.strided_slice(call.args[0], axes=[axis], begin=[begin], end=[end], strides=[1])
+
+    return rewrite_call(pattern, rewrite, func)
+
+
 def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
     try:
         mod = from_exported_program(program)
@@ -84,7 +129,7 @@ def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
     mod = tvm.transform.Sequential(
         [relax.transform.FoldBatchnormToConv2D(), relax.transform.FoldConstant()]
     )(mod)
-    mod["main"] = _fold_batch_norm_after_biased_conv(mod["main"])
+    mod["main"] = _split_as_slices(_batch_norm_as_depthwise_conv(_fold_batch_norm_after_biased_conv(mod["main"])))
     return tvm.transform.Sequential(
         [
             relax.transform.FoldConstant(),

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from . import activations
-from .patterns import prim_number
+from .patterns import prim_number, slice_bounds
 from .qarith import ActivationQuant
 
 
@@ -27,7 +27,7 @@ class Node:
     """One composite: `op` reads `inputs` (value ids) and defines value `output`."""
 
     # conv2d | dense | add | clip | max_pool2d | avg_pool2d | global_avg_pool2d | concat |
-    # reshape | transpose | pad | lut
+    # reshape | transpose | pad | slice | lut | mul
     op: str
     inputs: list[int]
     output: int
@@ -163,6 +163,8 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
         attrs = {"pool_size": [kh, kw], "strides": [kh, kw], "padding": [0, 0, 0, 0], "dilation": [1, 1],
                  "ceil_mode": False, "count_include_pad": False}
         return Node("avg_pool2d", inputs, output, attrs)
+    if kind.startswith("mul"):
+        return Node("mul", inputs, output, {"clip": act})
     if kind.startswith("add"):
         return Node("add", inputs, output, {"clip": act})
     if kind in ("relu", "clip"):
@@ -183,6 +185,9 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
         return Node("transpose", inputs, output, {"axes": _ints(calls["relax.permute_dims"].attrs.axes)})
     if kind == "concat":
         return Node("concat", inputs, output, {"axis": int(calls["relax.concat"].attrs.axis)})
+    if kind == "slice":
+        begin, end, stride = slice_bounds(calls["relax.strided_slice"])
+        return Node("slice", inputs, output, {"begin": begin, "end": end, "stride": stride})
     if kind == "pad":
         pad = calls["relax.nn.pad"]
         widths = _ints(pad.attrs.pad_width)
@@ -473,6 +478,11 @@ def _pad_to_windows(x: torch.Tensor, a: dict, out_hw, value: float) -> torch.Ten
     return F.pad(x, (left, right, top, bottom), value=value)
 
 
+def slicing(attrs: dict) -> tuple[slice, ...]:
+    """A slice node's index, whatever the batch (the batch axis is never sliced)."""
+    return (slice(None),) + tuple(slice(b, e, s) for b, e, s in zip(attrs["begin"][1:], attrs["end"][1:], attrs["stride"][1:]))
+
+
 def run_float_node(node: Node, args: list[torch.Tensor], out_shape: tuple[int, ...]) -> torch.Tensor:
     """One node in float32 with PyTorch, on logical (NCHW) tensors."""
     a = node.attrs
@@ -490,6 +500,8 @@ def run_float_node(node: Node, args: list[torch.Tensor], out_shape: tuple[int, .
         y = F.avg_pool2d(x, a["pool_size"], a["strides"], (top, left), a["ceil_mode"], a["count_include_pad"])
     elif node.op == "add":
         y = x + args[1]
+    elif node.op == "mul":
+        y = x * args[1]
     elif node.op == "clip":
         y = x
     elif node.op == "global_avg_pool2d":
@@ -500,6 +512,8 @@ def run_float_node(node: Node, args: list[torch.Tensor], out_shape: tuple[int, .
         y = x.permute(*a["axes"])
     elif node.op == "concat":
         y = torch.cat(args, dim=a["axis"])
+    elif node.op == "slice":
+        y = x[slicing(a)]
     elif node.op == "pad":
         flat = [p for before_after in reversed(a["pads"]) for p in before_after]
         y = F.pad(x, flat, value=a["value"])

@@ -12,7 +12,7 @@ axis 0: a tensor of exported shape ``(d0, ...)`` is held as ``(k * d0, ...)`` fo
 batches (``k`` a fraction when the batch is not a multiple of the exported one). A host op is
 run on each group in turn and its outputs are stacked the same way; arguments that hold their
 exported shape while others are stacked (values computed from constants alone) go whole to every
-group. Ops that return tuples (``split``, ``batch_norm``, ...) give lists, which
+group. A scalar (0-d) value is held as a vector, one entry per group. Ops that return tuples (``split``, ``batch_norm``, ...) give lists, which
 ``run_partitioned`` indexes for ``TupleGetItem``.
 """
 
@@ -36,9 +36,25 @@ def _static_shape(ty) -> tuple[int, ...] | None:
     if not isinstance(ty, relax.TensorType) or ty.shape is None or not isinstance(ty.shape, relax.ShapeExpr):
         return None
     dims = ty.shape.values
-    if not all(isinstance(d, tvm.tir.IntImm) for d in dims):
+    if not all(isinstance(getattr(d, "value", None), int) for d in dims):  # IntImm, not a symbol
         return None
-    return tuple(int(d) for d in dims)
+    return tuple(int(d.value) for d in dims)
+
+
+# Compiled host functions, shared by every runner: calibration, the reference and the per-layer
+# errors all run the same ops, each of which would otherwise be compiled once per runner.
+_COMPILED: dict[tvm_ffi.StructuralKey, relax.VirtualMachine] = {}
+_COMPILED_LIMIT = 1024
+
+
+def _compile(mod: tvm.IRModule) -> relax.VirtualMachine:
+    key = tvm_ffi.StructuralKey(mod)  # structural: op, attributes, types and constants' contents
+    if key not in _COMPILED:
+        if len(_COMPILED) >= _COMPILED_LIMIT:
+            del _COMPILED[next(iter(_COMPILED))]
+        executable = tvm.compile(mod, target=tvm.target.Target(HOST_TARGET))
+        _COMPILED[key] = relax.VirtualMachine(executable, tvm.cpu())
+    return _COMPILED[key]
 
 
 class _Leaf:
@@ -69,6 +85,8 @@ class _HostFunction:
             # The values run_partitioned hands over: variables, tuple items and tuples of them.
             if isinstance(arg, relax.Tuple):
                 fields = [lift(f) for f in arg.fields]
+                if all(t is None for _, t in fields):
+                    return arg, None  # nothing but constants and prim values: compiled in whole
                 return relax.Tuple([e for e, _ in fields]), [t for _, t in fields]
             if isinstance(arg, (relax.Var, relax.TupleGetItem)):
                 return leaves(arg.ty)
@@ -80,8 +98,7 @@ class _HostFunction:
         with bb.function("main", params):
             out = bb.emit(relax.Call(call.op, [e for e, _ in lifted], call.attrs, call.ty_args))
             bb.emit_func_output(out)
-        executable = tvm.compile(bb.get(), target=tvm.target.Target(HOST_TARGET))
-        self.vm = relax.VirtualMachine(executable, tvm.cpu())
+        self.vm = _compile(bb.get())
 
     def flatten(self, args: list) -> list[tuple[_Leaf, object]]:
         """(parameter, value) pairs, in parameter order, for `args` that mirror the call's."""
@@ -122,9 +139,12 @@ class _HostFunction:
 
     def _groups(self, pairs) -> Fraction | None:
         """How many exported batches the stacked arguments hold (None: no argument is stacked)."""
-        counts = set()
+        counts, scalar_counts = set(), set()
         for leaf, value in pairs:
             if not self._stacked(leaf, value):
+                continue
+            if leaf.shape == () and value.ndim == 1:  # a scalar per group
+                scalar_counts.add(value.shape[0])
                 continue
             if value.ndim != len(leaf.shape) or value.shape[1:] != leaf.shape[1:] or leaf.shape[0] == 0:
                 raise HostOpError(
@@ -132,8 +152,10 @@ class _HostFunction:
                     "(only axis 0, the stacked batches, may differ)"
                 )
             counts.add(Fraction(value.shape[0], leaf.shape[0]))
-        if len(counts) > 1:
-            raise HostOpError(f"{self.call.op.name}: arguments hold different numbers of batches {sorted(counts)}")
+        if not counts and len(scalar_counts) == 1:
+            counts.add(Fraction(scalar_counts.pop()))
+        if len(counts) > 1 or any(c != math.ceil(f) for c in scalar_counts for f in counts):
+            raise HostOpError(f"{self.call.op.name}: arguments hold different numbers of batches")
         return counts.pop() if counts else None
 
     def _stack(self, outputs: list, last: Fraction):
@@ -144,12 +166,7 @@ class _HostFunction:
         if not isinstance(first, np.ndarray):
             return first  # shapes and prim values are those of the exported program, in every group
         if first.ndim == 0:
-            if len(outputs) == 1 and last == 1:
-                return first
-            raise HostOpError(
-                f"{self.call.op.name} gives a scalar per exported batch, which cannot be stacked; "
-                "run with batches of the exported size"
-            )
+            return np.stack(outputs)  # a scalar per group, the last one included
         rows = first.shape[0] * last
         if rows.denominator != 1:
             raise HostOpError(f"{self.call.op.name}: a partial batch does not map onto whole output rows")
@@ -160,6 +177,8 @@ class _HostFunction:
 def _group(leaf: _Leaf, value: np.ndarray, g: int) -> np.ndarray:
     """Rows of exported batch `g` of a stacked value; a last, partial batch is completed by
     repeating its own rows (whole samples, discarded again from the outputs)."""
+    if leaf.shape == ():
+        return value[g]
     d0 = leaf.shape[0]
     part = value[g * d0 : (g + 1) * d0]
     if len(part) < d0:
@@ -172,7 +191,7 @@ def _to_vm(leaf: _Leaf, value):
         array = np.asarray(value)
         if leaf.dtype is not None and array.dtype != np.dtype(leaf.dtype):
             array = array.astype(leaf.dtype)
-        return tvm.runtime.tensor(np.ascontiguousarray(array))
+        return tvm.runtime.tensor(np.require(array, requirements="C"))  # keeps 0-d arrays 0-d
     if isinstance(leaf.ty, relax.ShapeType) and isinstance(value, (list, tuple)):
         return tvm_ffi.Shape([int(d) for d in value])
     return value

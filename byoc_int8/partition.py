@@ -200,7 +200,8 @@ def run_partitioned(
         if isinstance(expr, relax.Tuple):
             return [value(f) for f in expr.fields]
         if isinstance(expr, relax.TupleGetItem):
-            return value(expr.tuple_value)[expr.index]
+            tup = value(expr.tuple_value)
+            return None if tup is None else tup[expr.index]  # None: a run_host that computes nothing
         if isinstance(expr, relax.Call) and isinstance(expr.op, relax.GlobalVar) and expr.op.name_hint in regions:
             outs = run_region(expr.op.name_hint, [value(a) for a in expr.args])
             return outs if isinstance(expr.ty, tvm.ir.TupleType) else outs[0]
@@ -210,7 +211,9 @@ def run_partitioned(
         raise HostOpError(f"cannot interpret {name} outside the ccompiler regions")
 
     def host_arg(expr):
-        if isinstance(expr, (relax.Var, relax.Tuple, relax.TupleGetItem)):
+        if isinstance(expr, relax.Tuple):  # its fields may be constants or prim values too
+            return [host_arg(f) for f in expr.fields]
+        if isinstance(expr, (relax.Var, relax.TupleGetItem)):
             return value(expr)
         return None  # constants and attributes are compiled into the host function
 

@@ -161,6 +161,23 @@ def _check_add(ctx: PatternCheckContext) -> str | None:
     return _activation_problem(ctx)
 
 
+def _check_mul(ctx: PatternCheckContext) -> str | None:
+    """Elementwise product of two tensors, the second the same shape or one value per (sample,
+    channel) broadcast over H and W (squeeze-and-excitation's gate)."""
+    mul = ctx.annotated_expr["mul"]
+    lhs, rhs = mul.args
+    for operand in (lhs, rhs):
+        if isinstance(operand, tvm.ir.GenericConst):
+            return "multiply by a constant (only products of two tensors)"
+        problem = _tensor_problem(operand, "multiply operand")
+        if problem:
+            return problem
+    a, b = _static_shape(lhs), _static_shape(rhs)
+    if a != b and not (len(a) == len(b) == 4 and b == (a[0], a[1], 1, 1)):
+        return f"broadcasting multiply {a} * {b} (same shapes, or (N, C, 1, 1) over (N, C, H, W))"
+    return _activation_problem(ctx)
+
+
 def _check_clip(ctx: PatternCheckContext) -> str | None:
     return _tensor_problem(ctx.annotated_expr["root"].args[0], "clip input") or _activation_problem(ctx)
 
@@ -204,6 +221,36 @@ def _check_transpose(ctx: PatternCheckContext) -> str | None:
     if axes is not None and axes[0] != 0:
         return f"permute_dims {axes} moves the batch axis"
     return _layout_problem("permute_dims", _static_shape(transpose.args[0]), _static_shape(transpose))
+
+
+def slice_bounds(call: relax.Call) -> tuple[list[int], list[int], list[int]] | None:
+    """(begin, end, stride) on every axis of a strided_slice with constant, in-range arguments
+    and positive strides; None otherwise."""
+    shape = _static_shape(call.args[0])
+    try:
+        axes, begin, end, strides = ([int(v.value) for v in arg.fields] for arg in call.args[1:5])
+    except (AttributeError, TypeError, ValueError):
+        return None
+    full_begin, full_end, full_stride = [0] * len(shape), list(shape), [1] * len(shape)
+    for axis, b, e, step in zip(axes, begin, end, strides):
+        axis %= len(shape)
+        if step < 1:
+            return None
+        b, e = (b + shape[axis] if b < 0 else b), (e + shape[axis] if e < 0 else e)
+        full_begin[axis], full_end[axis], full_stride[axis] = max(0, min(b, shape[axis])), max(0, min(e, shape[axis])), step
+    return full_begin, full_end, full_stride
+
+
+def _check_slice(ctx: PatternCheckContext) -> str | None:
+    call = ctx.annotated_expr["root"]
+    problem = _tensor_problem(call.args[0], "strided_slice input")
+    if problem:
+        return problem
+    if len(call.args) < 5 or slice_bounds(call) is None:
+        return "strided_slice with dynamic bounds or negative strides"
+    if slice_bounds(call)[0][0] != 0 or slice_bounds(call)[1][0] != _static_shape(call.args[0])[0]:
+        return "strided_slice along the batch axis"
+    return _layout_problem("strided_slice", _static_shape(call.args[0]), _static_shape(call))
 
 
 def _check_concat(ctx: PatternCheckContext) -> str | None:
@@ -324,6 +371,13 @@ def _add(activation: str) -> CompositeSpec:
     ann = {"add": add}
     root = ann["root"] = _with_activation(add, ann, activation)
     return CompositeSpec("add" + (f"_{activation}" if activation else ""), root, ann, _check_add)
+
+
+def _mul(activation: str) -> CompositeSpec:
+    mul = is_op("relax.multiply")(wildcard(), wildcard())
+    ann = {"mul": mul}
+    root = ann["root"] = _with_activation(mul, ann, activation)
+    return CompositeSpec("mul" + (f"_{activation}" if activation else ""), root, ann, _check_mul)
 
 
 def _single(kind: str, op: str, arity: int, check: Callable[[PatternCheckContext], str | None]) -> CompositeSpec:
@@ -650,12 +704,14 @@ PATTERN_TABLE: list[CompositeSpec] = [
     _single("reshape", "relax.reshape", 2, _check_reshape),
     _single("transpose", "relax.permute_dims", 1, _check_transpose),
     _single("pad", "relax.nn.pad", 1, _check_pad),
+    _single("slice", "relax.strided_slice", 5, _check_slice),
     _single("concat", "relax.concat", 1, _check_concat),
     _single("global_avg_pool2d", "relax.mean", 1, _check_mean),
     _single("adaptive_avg_pool2d", "relax.nn.adaptive_avg_pool2d", 1, _check_adaptive_avg_pool2d),
     _single("avg_pool2d", "relax.nn.avg_pool2d", 1, _check_avg_pool2d),
     _single("max_pool2d", "relax.nn.max_pool2d", 1, _check_max_pool2d),
     *[_add(act) for act in ACTIVATIONS],
+    *[_mul(act) for act in ACTIVATIONS],
     *[_lut(function) for function in LUT_FUNCTIONS],
     *[_dense(bias, act) for bias in (False, True) for act in ACTIVATIONS],
     *[_conv2d(bias, act) for bias in (False, True) for act in ACTIVATIONS],

@@ -18,7 +18,7 @@ from .graph import Graph, Node, extract_graph
 
 # Ops whose output reuses the input's scale and zero point: they only move, select, clamp or
 # average int8 values (average pooling keeps its input's encoding, as TFLite's does).
-SCALE_PRESERVING = {"max_pool2d", "avg_pool2d", "reshape", "transpose", "pad", "clip"}
+SCALE_PRESERVING = {"max_pool2d", "avg_pool2d", "reshape", "transpose", "pad", "slice", "clip"}
 
 
 @dataclass
@@ -45,7 +45,7 @@ class QGraph:
         known = {v: False for v in self.graph.inputs}
         for q in self.nodes:
             inputs = [known[v] for v in q.node.inputs]
-            if "act_min" in q.params:  # conv2d, dense, add, clip
+            if "act_min" in q.params:  # conv2d, dense, add, mul, clip
                 known[q.node.output] = q.params["act_min"] >= 0
             elif q.op == "pad":
                 known[q.node.output] = inputs[0] and q.params["value"] >= 0
@@ -165,6 +165,19 @@ def quantize_node(
             "act_min": act_min,
             "act_max": act_max,
         })
+    if node.op == "mul":
+        act_min, act_max = _act_range(node, q_out)
+        q_in2 = quants[node.inputs[1]]
+        # TFLite's MUL: (x1 - z1) * (x2 - z2), requantized by s1 * s2 / s_out.
+        return made({
+            "requant": qarith.quantize_multiplier(q_in.scale * q_in2.scale / q_out.scale),
+            "input1_zero_point": q_in.zero_point,
+            "input2_zero_point": q_in2.zero_point,
+            "output_zero_point": q_out.zero_point,
+            "broadcast": tuple(graph.shapes[node.inputs[1]]) != tuple(in_shape),
+            "act_min": act_min,
+            "act_max": act_max,
+        })
     if node.op == "clip":
         act_min, act_max = _act_range(node, q_out)
         return made({"act_min": act_min, "act_max": act_max})
@@ -197,6 +210,10 @@ def quantize_node(
         })
     if node.op == "transpose":
         return made(_transpose_params(in_shape, tuple(a["axes"])))
+    if node.op == "slice":  # the same slice of the stored order
+        perm = layout.storage_perm(len(in_shape))
+        return made({"shape": layout.storage_shape(in_shape), "begin": [a["begin"][i] for i in perm],
+                     "stride": [a["stride"][i] for i in perm], "out_shape": layout.storage_shape(out_shape)})
     if node.op == "pad":
         value = a["value_q"] if "value_q" in a else qarith.quantize_value(a["value"], q_out)
         return made({"pads": layout.storage_pads(a["pads"]), "value": value, "shape": layout.storage_shape(in_shape)})

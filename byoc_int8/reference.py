@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import qarith
+from .graph import slicing
 from .host import HostOpRunner
 from .layout import storage_shape, to_logical, to_storage
 from .partition import region_functions, run_partitioned
@@ -155,6 +156,10 @@ def transpose(x: np.ndarray, q: QNode) -> np.ndarray:
     return to_storage(to_logical(x).transpose(q.node.attrs["axes"]))
 
 
+def slice_(x: np.ndarray, q: QNode) -> np.ndarray:
+    return to_storage(to_logical(x)[slicing(q.node.attrs)])
+
+
 def pad(x: np.ndarray, q: QNode) -> np.ndarray:
     return to_storage(np.pad(to_logical(x), q.node.attrs["pads"], constant_values=q.params["value"]))
 
@@ -166,6 +171,16 @@ def concat(xs: list[np.ndarray], q: QNode) -> np.ndarray:
         for x, m, s, z in zip(xs, p["multiplier"], p["shift"], p["zero_points"])
     ]
     return to_storage(np.concatenate(parts, axis=q.node.attrs["axis"]))
+
+
+def mul(x1: np.ndarray, x2: np.ndarray, q: QNode) -> np.ndarray:
+    """Elementwise product; a (N, C) gate stored (N, 1, 1, C) broadcasts over the pixels of a
+    stored (N, H, W, C) tensor as numpy broadcasts it."""
+    p = q.params
+    r = p["requant"]
+    product = (x1.astype(np.int64) - p["input1_zero_point"]) * (x2.astype(np.int64) - p["input2_zero_point"])
+    y = qarith.requantize(product, r.multiplier, r.shift, q.rounding) + p["output_zero_point"]
+    return qarith.clamp_s8(y, p["act_min"], p["act_max"])
 
 
 def lut(x: np.ndarray, q: QNode) -> np.ndarray:
@@ -194,10 +209,14 @@ def run_node(q: QNode, args: list[np.ndarray], out_shape) -> np.ndarray:
         return transpose(args[0], q)
     if q.op == "pad":
         return pad(args[0], q)
+    if q.op == "slice":
+        return slice_(args[0], q)
     if q.op == "concat":
         return concat(args, q)
     if q.op == "lut":
         return lut(args[0], q)
+    if q.op == "mul":
+        return mul(args[0], args[1], q)
     raise ValueError(f"no reference kernel for {q.op}")
 
 

@@ -468,6 +468,18 @@ class RegionEmitter:
                 f"    if (TVMBackendParallelLaunch(b8_add_task, &job, 0) != 0) "
                 f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");',
             ]
+        elif qn.op == "mul":
+            r = p["requant"]
+            stored = storage_shape(self.g.shapes[n.output])
+            channels = stored[-1]
+            batches = stored[0]
+            pixels = math.prod(stored) // (batches * channels)
+            self.body.append(
+                f"    static const b8_mul_params mp = {{{r.multiplier}, {r.shift}, {p['input1_zero_point']}, "
+                f"{p['input2_zero_point']}, {p['output_zero_point']}, {p['act_min']}, {p['act_max']}}};"
+            )
+            src2 = self._buffer(n.inputs[1], plan)
+            self._call(label, f"b8_mul_s8(&mp, {batches}, {pixels}, {channels}, {int(p['broadcast'])}, {src}, {src2}, {dst})")
         elif qn.op == "lut":
             table = self._const(f"{tag}_table", "int8_t", p["table"])
             size = math.prod(self.g.shapes[n.output])
@@ -486,6 +498,13 @@ class RegionEmitter:
             ]
             self._call(label, f"b8_concat_s8({k}, parts, inner, mult, shift, zero_points, {p['output_zero_point']}, "
                               f"{p['outer']}, {dst})")
+        elif qn.op == "slice":
+            rank = len(p["shape"])
+            self.body += [
+                f"    static const int32_t shape[{rank}] = {{{_c_ints(p['shape'])}}}, begin[{rank}] = {{{_c_ints(p['begin'])}}};",
+                f"    static const int32_t stride[{rank}] = {{{_c_ints(p['stride'])}}}, out_shape[{rank}] = {{{_c_ints(p['out_shape'])}}};",
+            ]
+            self._call(label, f"b8_slice_s8({rank}, shape, begin, stride, out_shape, {src}, {dst})")
         elif qn.op == "pad":
             rank = len(p["shape"])
             self.body += [

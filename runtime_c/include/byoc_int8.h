@@ -265,6 +265,20 @@ B8_API b8_status b8_dense_s8_double_requant(const b8_double_requant_params* quan
 B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, const int8_t* input,
                             int8_t* output);
 
+/* Elementwise product (TFLite's MUL): requant((in1 - z1) * (in2 - z2)) + output zero point,
+ * clamped; the multiplier folds in s1 * s2 / s_out. */
+typedef struct {
+  int32_t multiplier, shift;
+  int32_t input1_zero_point, input2_zero_point, output_zero_point;
+  int32_t act_min, act_max;
+} b8_mul_params;
+
+/* in1 is (batches, pixels, channels); in2 is the same, or with `broadcast` one value per (batch,
+ * channel) for every pixel (squeeze-and-excitation's gate). */
+B8_API b8_status b8_mul_s8(const b8_mul_params* params, int32_t batches, int32_t pixels,
+                           int32_t channels, int32_t broadcast, const int8_t* input1,
+                           const int8_t* input2, int8_t* output);
+
 /* An elementwise function of one tensor (sigmoid, hardswish, GELU, ...) as a 256-entry table
  * built at compile time from both encodings: output[i] = table[input[i] + 128]. */
 B8_API b8_status b8_lut_s8(int32_t size, const int8_t* table, const int8_t* input, int8_t* output);
@@ -281,6 +295,12 @@ B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, c
 #define B8_MAX_RANK 6
 B8_API b8_status b8_transpose_s8(int32_t rank, const int32_t* input_shape, const int32_t* perm,
                                  const int8_t* input, int8_t* output);
+
+/* Strided slice of a tensor of rank <= 6: output element idx reads input element
+ * begin + idx * stride on every axis (output_shape gives the extent). */
+B8_API b8_status b8_slice_s8(int32_t rank, const int32_t* input_shape, const int32_t* begin,
+                             const int32_t* stride, const int32_t* output_shape, const int8_t* input,
+                             int8_t* output);
 
 /* Constant padding of a tensor of rank <= 6: pads[2 i], pads[2 i + 1] values before / after
  * along axis i, filled with `value` (already quantized). */

@@ -1,4 +1,4 @@
-/* Elementwise kernels: add with rescaling of both inputs, clip, table lookup. */
+/* Elementwise kernels: add with rescaling of both inputs, product, clip, table lookup. */
 #include "byoc_int8.h"
 #include "internal.h"
 
@@ -74,5 +74,25 @@ B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, cons
 B8_API b8_status b8_lut_s8(int32_t size, const int8_t* table, const int8_t* input, int8_t* output) {
   if (size < 0) return B8_ERROR_ARGUMENT;
   for (int32_t i = 0; i < size; ++i) output[i] = table[(int32_t)input[i] + 128];
+  return B8_OK;
+}
+
+B8_API b8_status b8_mul_s8(const b8_mul_params* params, int32_t batches, int32_t pixels,
+                           int32_t channels, int32_t broadcast, const int8_t* input1,
+                           const int8_t* input2, int8_t* output) {
+  if (batches < 0 || pixels < 0 || channels < 0 || params->act_min > params->act_max) return B8_ERROR_ARGUMENT;
+  for (int32_t n = 0; n < batches; ++n) {
+    for (int32_t p = 0; p < pixels; ++p) {
+      const int64_t at = ((int64_t)n * pixels + p) * channels;
+      const int8_t* gate = input2 + (broadcast ? (int64_t)n * channels : at);
+      for (int32_t c = 0; c < channels; ++c) {
+        /* |product| <= 255 * 255: no overflow. */
+        const int32_t product = (input1[at + c] - params->input1_zero_point) * (gate[c] - params->input2_zero_point);
+        output[at + c] = b8_clamp_s8(
+            b8_requantize(product, params->multiplier, params->shift) + params->output_zero_point,
+            params->act_min, params->act_max);
+      }
+    }
+  }
   return B8_OK;
 }

@@ -32,6 +32,34 @@ B8_API b8_status b8_transpose_s8(int32_t rank, const int32_t* input_shape, const
   return B8_OK;
 }
 
+B8_API b8_status b8_slice_s8(int32_t rank, const int32_t* input_shape, const int32_t* begin,
+                             const int32_t* stride, const int32_t* output_shape, const int8_t* input,
+                             int8_t* output) {
+  if (rank < 1 || rank > B8_MAX_RANK) return B8_ERROR_ARGUMENT;
+  int64_t in_stride[B8_MAX_RANK], index[B8_MAX_RANK], size = 1, step = 1, offset = 0;
+  for (int32_t i = rank - 1; i >= 0; --i) {
+    if (begin[i] < 0 || stride[i] < 1 || output_shape[i] < 0 ||
+        (output_shape[i] > 0 && begin[i] + (int64_t)(output_shape[i] - 1) * stride[i] >= input_shape[i])) {
+      return B8_ERROR_ARGUMENT;
+    }
+    in_stride[i] = step * stride[i]; /* input distance between neighbours along output axis i */
+    offset += begin[i] * step;
+    step *= input_shape[i];
+    size *= output_shape[i];
+    index[i] = 0;
+  }
+  for (int64_t o = 0; o < size; ++o) {
+    output[o] = input[offset];
+    for (int32_t i = rank - 1; i >= 0; --i) { /* odometer over the output, input offset in step */
+      offset += in_stride[i];
+      if (++index[i] < output_shape[i]) break;
+      offset -= in_stride[i] * output_shape[i];
+      index[i] = 0;
+    }
+  }
+  return B8_OK;
+}
+
 B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32_t* pads,
                            int8_t value, const int8_t* input, int8_t* output) {
   if (rank < 1 || rank > B8_MAX_RANK) return B8_ERROR_ARGUMENT;
