@@ -10,6 +10,7 @@ number format are attached to the region functions (see :data:`quantize.RANGES_A
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 import numpy as np
@@ -21,7 +22,7 @@ from .graph import extract_graph, run_float
 from .host import HostOpRunner
 from .partition import region_functions, run_partitioned
 from .qarith import DEFAULT_FORMAT, NumberFormat
-from .quantize import annotate_region
+from .quantize import RANGES_ATTR, annotate_region
 
 # Values sampled per tensor and batch for the distribution-based calibrators: enough for a
 # 99.99th percentile or a 2048-bin histogram.
@@ -226,3 +227,26 @@ def calibrate(
             ranges = {v: c.range() for v, c in enumerate(stats[gv.name_hint])}
             mod[gv] = annotate_region(mod[gv], ranges, number_format)
     return mod
+
+
+# A calibrated range narrower than this gives a scale near the MIN_RANGE floor: the tensor is
+# (nearly) constant on the calibration data, and int8 cannot tell its values apart.
+DEGENERATE_RANGE = 1e-6
+
+
+def calibration_warnings(mod: tvm.IRModule) -> list[str]:
+    """What in a calibrated module puts accuracy at risk: tensors whose calibrated range is below
+    DEGENERATE_RANGE (all zeros on the calibration data, or vanishing), named by region and
+    layer."""
+    warnings = []
+    for name, func in region_functions(mod).items():
+        if func.attrs is None or RANGES_ATTR not in func.attrs:
+            continue
+        graph = extract_graph(name, func)
+        labels = {v: f"input {i}" for i, v in enumerate(graph.inputs)}
+        labels.update({n.output: f"{i} {n.composite.split('.', 1)[1]}" for i, n in enumerate(graph.nodes)})
+        for v, (lo, hi) in enumerate(json.loads(str(func.attrs[RANGES_ATTR]))):
+            if hi - lo < DEGENERATE_RANGE:
+                what = "is 0 on every calibration input" if lo == hi == 0 else f"spans only [{lo:.3g}, {hi:.3g}]"
+                warnings.append(f"{name}: {labels[v]} {what}: its int8 values carry no information")
+    return warnings

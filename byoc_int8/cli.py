@@ -58,12 +58,14 @@ def _calibration_options(args) -> dict:
 
 
 def _print_report(report: dict) -> None:
-    scalars = {k: v for k, v in report.items() if k not in ("layers", "host_ops")}
+    scalars = {k: v for k, v in report.items() if k not in ("layers", "host_ops", "warnings")}
     width = max(len(k) for k in scalars)
     for key, value in scalars.items():
         print(f"{key:<{width}}  {value}")
     for op in report["host_ops"]:
         print(f"  on the host: {op['description']}")
+    for warning in report.get("warnings", []):
+        print(f"  warning: {warning}")
     if report.get("layers"):
         print(f"\n{'layer':<28} {'SQNR dB':>8} {'clip range':>22} {'clipped %':>10}")
         for layer in report["layers"]:

@@ -128,7 +128,9 @@ def _window_attrs(a) -> dict:
     }
 
 
-def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], output: int, in_shape) -> Node:
+def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], output: int,
+                         shapes: dict[int, tuple[int, ...]]) -> Node:
+    in_shape = shapes[inputs[0]]
     calls = _calls(func)
     act = _activation(calls)
     if kind.startswith("conv2d"):
@@ -163,8 +165,9 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
         attrs = {"pool_size": [kh, kw], "strides": [kh, kw], "padding": [0, 0, 0, 0], "dilation": [1, 1],
                  "ceil_mode": False, "count_include_pad": False}
         return Node("avg_pool2d", inputs, output, attrs)
-    if kind.startswith("mul"):
-        return Node("mul", inputs, output, {"clip": act})
+    if kind.startswith("mul"):  # the full tensor first, a broadcast gate second
+        full_first = sorted(inputs, key=lambda v: -int(np.prod(shapes[v])))
+        return Node("mul", full_first, output, {"clip": act})
     if kind.startswith("add"):
         return Node("add", inputs, output, {"clip": act})
     if kind in ("relu", "clip"):
@@ -425,7 +428,7 @@ def extract_graph(name: str, region: relax.Function) -> Graph:
                 if kind.startswith(("qdq_", "quantize")) or kind.endswith("_int8"):
                     node = _qdq_node(kind, func, inputs, output, layout, quants)
                 else:
-                    node = _node_from_composite(kind, func, inputs, output, shapes[inputs[0]])
+                    node = _node_from_composite(kind, func, inputs, output, shapes)
                 node.composite = composite
                 nodes.append(node)
                 value_of[binding.var] = output

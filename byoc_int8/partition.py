@@ -130,13 +130,14 @@ class Partitioned:
     host_ops: list[HostOp]
 
 
-def partition(mod: tvm.IRModule, int8_only: bool = False) -> Partitioned:
+def partition(mod: tvm.IRModule, int8_only: bool = False, prequantized: bool = False) -> Partitioned:
     """Offload every supported op to ``ccompiler`` regions; report the rest.
 
     With `int8_only`, any op left outside the regions is an error (:class:`Int8OnlyError`)
-    that lists all of them, with where they are and why.
+    that lists all of them, with where they are and why. `prequantized`: the model was
+    quantized elsewhere (QDQ composites only).
     """
-    fusion = patterns.fusion_patterns()
+    fusion = patterns.fusion_patterns(prequantized)
     patterns.take_refusals()
     mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=True, annotate_codegen=False)(mod)
     refusals = patterns.take_refusals()

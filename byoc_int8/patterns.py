@@ -173,7 +173,8 @@ def _check_mul(ctx: PatternCheckContext) -> str | None:
         if problem:
             return problem
     a, b = _static_shape(lhs), _static_shape(rhs)
-    if a != b and not (len(a) == len(b) == 4 and b == (a[0], a[1], 1, 1)):
+    gate = len(a) == len(b) == 4 and (b == (a[0], a[1], 1, 1) or a == (b[0], b[1], 1, 1))
+    if a != b and not gate:
         return f"broadcasting multiply {a} * {b} (same shapes, or (N, C, 1, 1) over (N, C, H, W))"
     return _activation_problem(ctx)
 
@@ -588,8 +589,11 @@ def _check_int8_op(ctx: PatternCheckContext) -> str | None:
 def _check_boundary(ctx: PatternCheckContext) -> str | None:
     """A model's own float <-> int8 conversion at its input or output."""
     call = ctx.annotated_expr["root_op"]
-    if _dtype(call.args[0]) not in ("float32", "int8") or _static_shape(call.args[0]) is None:
-        return f"{call.op.name} of a {_dtype(call.args[0])} tensor"
+    codes = call if call.op.name == "relax.quantize" else call.args[0]
+    if _dtype(codes) != "int8":
+        return f"{call.op.name} to or from {_dtype(codes)} (int8 activations only)"
+    if _dtype(call.args[0] if call.op.name == "relax.quantize" else call) != "float32" or _static_shape(call) is None:
+        return f"{call.op.name} of a tensor that is not float32 with a static shape"
     return _scalar_quant_problem(call, call.op.name)
 
 
@@ -727,7 +731,10 @@ def register() -> None:
         register_patterns([(s.name, s.pattern, s.annotations, _recorded(s.check)) for s in missing])
 
 
-def fusion_patterns() -> list[relax.transform.FusionPattern]:
-    """The registered ``ccompiler`` patterns, highest priority first."""
+def fusion_patterns(prequantized: bool = False) -> list[relax.transform.FusionPattern]:
+    """The registered ``ccompiler`` patterns, highest priority first: the QDQ composites for a
+    model quantized elsewhere (its float ops have no calibrated ranges), the others for a float
+    model."""
     register()
-    return list(get_patterns_with_prefix(CODEGEN_NAME))
+    qdq = {spec.name for spec in QDQ_PATTERNS}
+    return [p for p in get_patterns_with_prefix(CODEGEN_NAME) if (p.name in qdq) == prequantized]

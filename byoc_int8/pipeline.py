@@ -18,7 +18,7 @@ import tvm
 from tqdm import tqdm
 
 from . import build, peers, reference
-from .calibrate import calibrate
+from .calibrate import DEGENERATE_RANGE, calibrate, calibration_warnings
 from .frontend import export_model, import_onnx, import_tflite, to_relax
 from .inputs import load_inputs
 from .layer_errors import LayerError, layer_errors
@@ -164,7 +164,7 @@ def compile_prequantized(
         raise ValueError(f"{path}: expected a .tflite or .onnx model")
     mod = import_tflite(path) if suffix == "tflite" else import_onnx(path)
     ops_total = count_ops(mod)
-    parted = partition(mod, int8_only=int8_only)
+    parted = partition(mod, int8_only=int8_only, prequantized=True)
     fmt = number_format or PREQUANTIZED_FORMATS[suffix]
     annotated = tvm.IRModule(dict(parted.mod.functions), attrs=parted.mod.attrs)
     for gv in list(annotated.functions.keys()):
@@ -189,7 +189,7 @@ def evaluate(
     """The report: offload counts, C vs integer reference, int8 vs float, accuracy on `labels`
     when given, per-layer quantization error (`layers`, else computed on the first
     LAYER_ERROR_INPUTS inputs), latency."""
-    max_lsb, bit_exact, cosines, agree = 0.0, True, [], 0
+    max_lsb, bit_exact, cosines, agree, float_peak = 0.0, True, [], 0, 0.0
     correct_int8 = correct_float = 0
     for i in range(len(inputs)):
         x = inputs[i : i + 1]
@@ -199,6 +199,7 @@ def evaluate(
             f_out = float_model(torch.from_numpy(x))
         f_out = (f_out[0] if isinstance(f_out, (tuple, list)) else f_out).numpy()
         bit_exact &= bool(np.array_equal(c_out, ref_out))
+        float_peak = max(float_peak, float(np.abs(f_out).max()))
         # In units of the output's int8 step; in plain float units for a host op's output.
         max_lsb = max(max_lsb, float(np.abs(c_out.astype(np.float64) - ref_out).max() / (scale or 1.0)))
         cosines.append(cosine(c_out, f_out))
@@ -211,6 +212,9 @@ def evaluate(
         accuracy = {"float_accuracy": correct_float / len(inputs), "int8_accuracy": correct_int8 / len(inputs)}
     if layers is None:
         layers = layer_errors(compiled.module, inputs[:LAYER_ERROR_INPUTS])
+    warnings = calibration_warnings(compiled.module)
+    if float_peak < DEGENERATE_RANGE:
+        warnings.append(f"the float model's output is ~0 (max |y| = {float_peak:.3g}): its cosine with int8 means nothing")
     return {
         **_offload_report(compiled),
         "eval_inputs": len(inputs),
@@ -224,6 +228,7 @@ def evaluate(
         "latency_ms_median": _latency_ms(compiled, inputs[:1], latency_runs),
         "library": compiled.library_path,
         "layers": [e.to_dict() for e in layers],
+        "warnings": warnings,
     }
 
 
@@ -256,8 +261,10 @@ def sample_inputs(compiled: CompiledModel, count: int, seed: int = 0) -> np.ndar
     codes = rng.integers(-128, 128, (count, *shape[1:]), dtype=np.int8)
     if compiled.input_dtype == "int8":
         return codes
-    region = next(iter(reference.quantized_regions(compiled.module).values()))
-    quant = region.quants[region.graph.inputs[0]]
+    regions = list(reference.quantized_regions(compiled.module).values())
+    if not regions:  # nothing offloaded: any float values do
+        return rng.standard_normal((count, *shape[1:])).astype(np.float32)
+    quant = regions[0].quants[regions[0].graph.inputs[0]]
     return ((codes.astype(np.float32) - quant.zero_point) * np.float32(quant.scale)).astype(np.float32)
 
 

@@ -50,15 +50,16 @@ def test_mul_kernel_matches_the_reference(kernels, seed):
 class SqueezeExcite(torch.nn.Module):
     """MobileNetV3 / EfficientNet's block: global pool -> 1x1 conv -> relu -> 1x1 conv -> gate."""
 
-    def __init__(self, gate: torch.nn.Module):
+    def __init__(self, gate: torch.nn.Module, gate_first: bool = False):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
         self.reduce, self.expand, self.gate = torch.nn.Conv2d(16, 4, 1), torch.nn.Conv2d(4, 16, 1), gate
+        self.gate_first = gate_first  # torchvision's SqueezeExcitation writes scale * input
 
     def forward(self, x):
         x = torch.nn.functional.hardswish(self.conv(x))
         scale = self.gate(self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True)))))
-        return x * scale
+        return scale * x if self.gate_first else x * scale
 
 
 class BatchNormAfterRelu(torch.nn.Module):
@@ -86,9 +87,9 @@ class Product(torch.nn.Module):
         return self.a(x) * self.b(x)
 
 
-@pytest.mark.parametrize("model", [SqueezeExcite(torch.nn.Sigmoid()), SqueezeExcite(torch.nn.Hardsigmoid()),
+@pytest.mark.parametrize("model", [SqueezeExcite(torch.nn.Sigmoid()), SqueezeExcite(torch.nn.Hardsigmoid(), True),
                                    BatchNormAfterRelu(), Product()],
-                         ids=["se-sigmoid", "se-hardsigmoid", "bn-after-relu", "product"])
+                         ids=["se-sigmoid", "se-hardsigmoid-gate-first", "bn-after-relu", "product"])
 def test_block_runs_in_one_int8_region(model):
     model = model.eval()
     calib = np.random.default_rng(0).standard_normal((16, 3, 12, 12)).astype(np.float32)
@@ -161,3 +162,26 @@ def test_channel_split_shuffle_and_slices_run_in_int8():
     assert compiled.regions == 1
     report = evaluate(compiled, model, calib[:4], latency_runs=1, layers=[])
     assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
+
+
+def test_degenerate_tensors_and_outputs_are_warned_about():
+    """A branch that is 0 on every calibration input (a relu of a negative constant shift) and a
+    model whose float output is ~0: the report says so instead of a bare cosine."""
+
+    class DeadBranch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+            with torch.no_grad():
+                self.conv.weight.zero_()
+                self.conv.bias.fill_(-1.0)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x))
+
+    calib = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    model = DeadBranch().eval()
+    report = evaluate(compile_model(model, calib), model, calib[:2], latency_runs=1, layers=[])
+    assert report["bit_exact"]
+    assert any("is 0 on every calibration input" in w for w in report["warnings"])
+    assert any("float model's output is ~0" in w for w in report["warnings"])
