@@ -250,8 +250,11 @@ class _Composite:
         call = self.call(expr)
         return call.op.name if call is not None and isinstance(call.op, tvm.ir.Op) else ""
 
+    def calls(self, op: str) -> list[relax.Call]:
+        return [c for c in self.bound.values() if isinstance(c, relax.Call) and getattr(c.op, "name", "") == op]
+
     def find(self, op: str) -> relax.Call:
-        return next(c for c in self.bound.values() if isinstance(c, relax.Call) and getattr(c.op, "name", "") == op)
+        return self.calls(op)[0]
 
 
 def _int8_weight(comp: _Composite, expr: relax.Expr) -> tuple[np.ndarray, np.ndarray]:
@@ -279,10 +282,12 @@ def _per_channel(scales: np.ndarray, channels: int) -> np.ndarray:
     return np.broadcast_to(scales, (channels,)).copy()
 
 
-def _bias(comp: _Composite, add: relax.Call | None, matched: relax.Expr) -> np.ndarray | None:
-    """The int32 bias of a composite's add (the operand that is not `matched`)."""
-    if add is None:
+def _bias(comp: _Composite, matched: relax.Expr) -> np.ndarray | None:
+    """The int32 bias of a composite's add (the operand that is not `matched`), if it has one."""
+    adds = comp.calls("relax.add")
+    if not adds:
         return None
+    add = adds[0]
     other = add.args[1] if comp.call(add.args[0]) is comp.call(matched) else add.args[0]
     call = comp.call(other)
     while call.op.name == "relax.reshape":
@@ -298,16 +303,15 @@ def _int_clip(comp: _Composite) -> tuple[int, int] | None:
 
 
 def _qdq_node(kind: str, func: relax.Function, inputs: list[int], output: int, layout: str,
-              quants: dict[int, ActivationQuant]) -> Node | None:
+              quants: dict[int, ActivationQuant]) -> Node:
     """One QDQ composite as a Node; records the encodings it names in `quants`."""
     comp = _Composite(func)
     # The encodings of the composite's inputs (its dequantizes) and output (its quantize).
-    for call in comp.bound.values():
-        if isinstance(call, relax.Call) and getattr(call.op, "name", "") == "relax.dequantize":
-            if call.args[0] in comp.params:
-                _record(quants, inputs[comp.params.index(call.args[0])], _quant_of(call))
-        if isinstance(call, relax.Call) and getattr(call.op, "name", "") == "relax.quantize":
-            _record(quants, output, _quant_of(call))
+    for call in comp.calls("relax.dequantize"):
+        if call.args[0] in comp.params:
+            _record(quants, inputs[comp.params.index(call.args[0])], _quant_of(call))
+    for call in comp.calls("relax.quantize"):
+        _record(quants, output, _quant_of(call))
     attrs: dict = {"int_clip": _int_clip(comp)}
     if kind.startswith("qdq_conv2d"):
         conv = comp.find("relax.nn.conv2d")
@@ -316,7 +320,7 @@ def _qdq_node(kind: str, func: relax.Function, inputs: list[int], output: int, l
         layout_of = str(a.kernel_layout)
         weight = weight.transpose([layout_of.index(c) for c in "OIHW"])
         consts = {"weight_q": np.ascontiguousarray(weight), "weight_scales": _per_channel(scales, weight.shape[0])}
-        bias = _bias(comp, next((c for c in comp.bound.values() if getattr(c.op, "name", "") == "relax.add"), None), conv)
+        bias = _bias(comp, conv)
         if bias is not None:
             consts["bias_q"] = bias
         attrs |= {"strides": _ints(a.strides), "padding": _ints(a.padding), "dilation": _ints(a.dilation),
@@ -327,12 +331,12 @@ def _qdq_node(kind: str, func: relax.Function, inputs: list[int], output: int, l
         weight, scales = _int8_weight(comp, matmul.args[1])  # (depth, units)
         weight = np.ascontiguousarray(weight.T)  # (units, depth)
         consts = {"weight_q": weight, "weight_scales": _per_channel(scales, weight.shape[0])}
-        bias = _bias(comp, next((c for c in comp.bound.values() if getattr(c.op, "name", "") == "relax.add"), None), matmul)
+        bias = _bias(comp, matmul)
         if bias is not None:
             consts["bias_q"] = bias
         return Node("dense", inputs, output, attrs | {"clip": None}, consts)
     if kind.startswith("qdq_add"):
-        relu = "relax.nn.relu" in {getattr(c.op, "name", "") for c in comp.bound.values()}
+        relu = bool(comp.calls("relax.nn.relu"))
         return Node("add", inputs, output, attrs | {"clip": (0.0, float("inf")) if relu else None})
     if kind == "qdq_mean":
         return Node("global_avg_pool2d", inputs, output, attrs)

@@ -703,6 +703,10 @@ QDQ_PATTERNS: list[CompositeSpec] = [
 # Lowest priority first (TVM tries the last entry first): single ops, then the fused chains,
 # longest last, so that a conv takes its bias and activation with it.
 PATTERN_TABLE: list[CompositeSpec] = [
+    # No integer kernel: listed so that the report says why, rather than "no pattern".
+    _single("layer_norm", "relax.nn.layer_norm", 3,
+            lambda ctx: "layer norm has no integer kernel (I-BERT-style integer layer norm is not built); "
+                        "it runs in float on the host"),
     _single("relu", "relax.nn.relu", 1, lambda ctx: _tensor_problem(ctx.annotated_expr["root"].args[0], "relu input")),
     _clip(),
     _single("reshape", "relax.reshape", 2, _check_reshape),
