@@ -130,16 +130,17 @@ def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
         [relax.transform.FoldBatchnormToConv2D(), relax.transform.FoldConstant()]
     )(mod)
     mod["main"] = _split_as_slices(_batch_norm_as_depthwise_conv(_fold_batch_norm_after_biased_conv(mod["main"])))
-    # DeadCodeElimination keeps unused tuples (max_pool's ceil-mode "indices" pair, for one); left
-    # in, they would make a region export the values they hold.
-    mod["main"] = relax.analysis.remove_all_unused(mod["main"])
-    return tvm.transform.Sequential(
+    mod = tvm.transform.Sequential(
         [
             relax.transform.FoldConstant(),
             relax.transform.DeadCodeElimination(),
             relax.transform.CanonicalizeBindings(),
         ]
     )(mod)
+    # DeadCodeElimination keeps unused tuples (max_pool's (values, indices) pair, once its getter
+    # is canonicalized away); left in, they would make a region export the values they hold.
+    mod["main"] = relax.analysis.remove_all_unused(mod["main"])
+    return mod
 
 
 def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: Sequence[torch.Tensor] = ()) -> tvm.IRModule:

@@ -147,15 +147,23 @@ def _check_adaptive_avg_pool2d(ctx: PatternCheckContext) -> str | None:
     return None
 
 
+def _operands_problem(call: relax.Call, what: str, constant_reason: str) -> str | None:
+    """Both operands of an elementwise op are float tensors (not constants) with static shapes."""
+    for operand in call.args:
+        if isinstance(operand, tvm.ir.GenericConst):
+            return constant_reason
+        problem = _tensor_problem(operand, f"{what} operand")
+        if problem:
+            return problem
+    return None
+
+
 def _check_add(ctx: PatternCheckContext) -> str | None:
     add = ctx.annotated_expr["add"]
     lhs, rhs = add.args
-    for operand in (lhs, rhs):
-        if isinstance(operand, tvm.ir.GenericConst):
-            return "add of a constant that is not a fused bias"
-        problem = _tensor_problem(operand, "add operand")
-        if problem:
-            return problem
+    problem = _operands_problem(add, "add", "add of a constant that is not a fused bias")
+    if problem:
+        return problem
     if _static_shape(lhs) != _static_shape(rhs):
         return f"broadcasting add {_static_shape(lhs)} + {_static_shape(rhs)}"
     return _activation_problem(ctx)
@@ -166,12 +174,9 @@ def _check_mul(ctx: PatternCheckContext) -> str | None:
     channel) broadcast over H and W (squeeze-and-excitation's gate)."""
     mul = ctx.annotated_expr["mul"]
     lhs, rhs = mul.args
-    for operand in (lhs, rhs):
-        if isinstance(operand, tvm.ir.GenericConst):
-            return "multiply by a constant (only products of two tensors)"
-        problem = _tensor_problem(operand, "multiply operand")
-        if problem:
-            return problem
+    problem = _operands_problem(mul, "multiply", "multiply by a constant (only products of two tensors)")
+    if problem:
+        return problem
     a, b = _static_shape(lhs), _static_shape(rhs)
     gate = len(a) == len(b) == 4 and (b == (a[0], a[1], 1, 1) or a == (b[0], b[1], 1, 1))
     if a != b and not gate:

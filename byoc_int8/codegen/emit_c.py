@@ -254,6 +254,12 @@ def _c_ints(values) -> str:
     return ", ".join(str(int(v)) for v in np.asarray(values).ravel())
 
 
+def _int32_arrays(**arrays) -> str:
+    """`static const int32_t name[n] = {...};` for each keyword, on one line."""
+    return "    static const int32_t " + ", ".join(
+        f"{name}[{np.asarray(values).size}] = {{{_c_ints(values)}}}" for name, values in arrays.items()) + ";"
+
+
 def _c_float(value: float) -> str:
     """A float32 literal that parses back to exactly the same float32."""
     return float(np.float32(value)).hex() + "f"
@@ -491,27 +497,16 @@ class RegionEmitter:
             k = len(n.inputs)
             self.body += [
                 f"    const int8_t* const parts[{k}] = {{{', '.join(self._buffer(v, plan) for v in n.inputs)}}};",
-                f"    static const int32_t inner[{k}] = {{{_c_ints(p['inner'])}}};",
-                f"    static const int32_t mult[{k}] = {{{_c_ints(p['multiplier'])}}};",
-                f"    static const int32_t shift[{k}] = {{{_c_ints(p['shift'])}}};",
-                f"    static const int32_t zero_points[{k}] = {{{_c_ints(p['zero_points'])}}};",
+                _int32_arrays(inner=p["inner"], mult=p["multiplier"], shift=p["shift"], zero_points=p["zero_points"]),
             ]
             self._call(label, f"b8_concat_s8({k}, parts, inner, mult, shift, zero_points, {p['output_zero_point']}, "
                               f"{p['outer']}, {dst})")
         elif qn.op == "slice":
-            rank = len(p["shape"])
-            self.body += [
-                f"    static const int32_t shape[{rank}] = {{{_c_ints(p['shape'])}}}, begin[{rank}] = {{{_c_ints(p['begin'])}}};",
-                f"    static const int32_t stride[{rank}] = {{{_c_ints(p['stride'])}}}, out_shape[{rank}] = {{{_c_ints(p['out_shape'])}}};",
-            ]
-            self._call(label, f"b8_slice_s8({rank}, shape, begin, stride, out_shape, {src}, {dst})")
+            self.body.append(_int32_arrays(shape=p["shape"], begin=p["begin"], stride=p["stride"], out_shape=p["out_shape"]))
+            self._call(label, f"b8_slice_s8({len(p['shape'])}, shape, begin, stride, out_shape, {src}, {dst})")
         elif qn.op == "pad":
-            rank = len(p["shape"])
-            self.body += [
-                f"    static const int32_t shape[{rank}] = {{{_c_ints(p['shape'])}}};",
-                f"    static const int32_t pads[{2 * rank}] = {{{_c_ints(p['pads'])}}};",
-            ]
-            self._call(label, f"b8_pad_s8({rank}, shape, pads, {p['value']}, {src}, {dst})")
+            self.body.append(_int32_arrays(shape=p["shape"], pads=p["pads"]))
+            self._call(label, f"b8_pad_s8({len(p['shape'])}, shape, pads, {p['value']}, {src}, {dst})")
         elif qn.op in ("transpose", "reshape"):
             steps = [p["transpose"]] if qn.op == "transpose" else [p["to_logical"], p["to_stored"]]
             steps = [step for step in steps if step is not None]

@@ -55,8 +55,8 @@ extern "C" {
 #define B8_ROUND_SINGLE 0
 #define B8_ROUND_TFLITE 1
 #define B8_ROUND_SINGLE_AWAY 2
-#ifndef B8_ROUNDING
-#define B8_ROUNDING B8_ROUND_SINGLE
+#ifndef B8_ROUNDING /* the default number format's (byoc_int8.qarith.DEFAULT_FORMAT) */
+#define B8_ROUNDING B8_ROUND_TFLITE
 #endif
 
 typedef enum {
