@@ -11,6 +11,7 @@ specific (longest) patterns last.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,14 +27,22 @@ MAX_RANK = 6
 
 CODEGEN_NAME = "ccompiler"
 
-# Reasons given by checks during the current partitioning, keyed by the refused root call.
-_refusals: dict[relax.Call, str] = {}
+# Reasons given by checks during the current partitioning, keyed by the refused root call; one
+# record per thread (TVM runs the checks on the thread that runs FuseOpsByPattern), so that two
+# partitions in two threads cannot mix their reasons.
+_local = threading.local()
+
+
+def _refusals() -> dict[relax.Call, str]:
+    if not hasattr(_local, "refusals"):
+        _local.refusals = {}
+    return _local.refusals
 
 
 def take_refusals() -> dict[relax.Call, str]:
-    """Return and forget the reasons recorded by pattern checks since the last call."""
-    refusals = dict(_refusals)
-    _refusals.clear()
+    """Return and forget the reasons this thread's pattern checks recorded since the last call."""
+    refusals = dict(_refusals())
+    _refusals().clear()
     return refusals
 
 
@@ -319,7 +328,7 @@ def _recorded(check: Callable[[PatternCheckContext], str | None]) -> Callable[[P
     def run(ctx: PatternCheckContext) -> bool:
         reason = _leak_problem(ctx) or check(ctx)
         if reason is not None:
-            _refusals[ctx.annotated_expr["root"]] = reason
+            _refusals()[ctx.annotated_expr["root"]] = reason
         return reason is None
 
     return run
@@ -747,3 +756,8 @@ def fusion_patterns(prequantized: bool = False) -> list[relax.transform.FusionPa
     register()
     qdq = {spec.name for spec in QDQ_PATTERNS}
     return [p for p in get_patterns_with_prefix(CODEGEN_NAME) if (p.name in qdq) == prequantized]
+
+
+# Importing this module makes the composites visible through TVM's registry
+# (get_patterns_with_prefix("ccompiler")), as TVM's own BYOC backends do.
+register()

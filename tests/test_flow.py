@@ -245,3 +245,26 @@ def test_unknown_kernel_implementation_is_named():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
     with pytest.raises(Exception, match="unknown kernel implementation 'sse9'"):
         compile_model(model, np.zeros((2, 3, 8, 8), np.float32), simd="sse9")
+
+
+def test_importing_the_package_registers_the_composites_in_tvm():
+    code = ("import byoc_int8.patterns; from tvm.relax.backend.pattern_registry import get_patterns_with_prefix; "
+            "names = {p.name for p in get_patterns_with_prefix('ccompiler')}; "
+            "assert {'ccompiler.conv2d_bias_relu', 'ccompiler.qdq_conv2d_bias', 'ccompiler.lut_sigmoid'} <= names, names")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_refusal_reasons_of_two_threads_do_not_mix():
+    """Reasons recorded by one thread's pattern checks are not seen, or taken, by another's."""
+    import threading
+
+    from byoc_int8 import patterns
+
+    patterns.take_refusals()
+    patterns._refusals()["main's call"] = "main's reason"
+    seen = {}
+    worker = threading.Thread(target=lambda: seen.update(patterns.take_refusals()))
+    worker.start()
+    worker.join()
+    assert seen == {}
+    assert patterns.take_refusals() == {"main's call": "main's reason"}
