@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "run":
             p.add_argument("--json", help="also write the report to this path")
+            p.add_argument("--keep", metavar="PATH", help="keep the compiled library at PATH (by default run deletes it)")
             p.add_argument("--plot", help="write per-layer SQNR and an activation histogram to this PNG")
             p.add_argument("--plot-layer", help="layer whose histogram to draw (default: lowest SQNR)")
         else:
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             model,
             calib,
             method=args.method,
-            output_path=args.output if args.command == "compile" else None,
+            output_path=_library_path(args),
             progress=not args.quiet,
             int8_only=args.int8_only,
             simd=args.simd,
@@ -130,13 +131,25 @@ def main(argv: list[str] | None = None) -> int:
               "activations": args.activations or DEFAULT_FORMAT.activations,
               "rounding": args.rounding or DEFAULT_FORMAT.rounding,
               **evaluate(compiled, float_model, evals, labels=labels, layers=layers)}
-    _print_report(report)
+    _print_report(_report(args, report))
     if args.plot:
         drawn = plot_layer_errors(layers, args.plot, args.plot_layer)
         print(f"\nwrote {args.plot} (histogram of layer {drawn!r})")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _library_path(args) -> str | None:
+    """Where the library goes: compile's -o, run's --keep, or (None) a temporary directory that is
+    deleted with the compiled model."""
+    return args.output if args.command == "compile" else args.keep
+
+
+def _report(args, report: dict) -> dict:
+    if not args.keep:
+        report.pop("library", None)  # deleted on exit
+    return report
 
 
 def _compiled(args, compile_it):
@@ -162,14 +175,14 @@ def _prequantized(args) -> int:
     default = PREQUANTIZED_FORMATS[kind]
     fmt = NumberFormat(args.activations or default.activations, args.rounding or default.rounding)
     compiled = _compiled(args, lambda: compile_prequantized(
-        path, args.output if args.command == "compile" else None, int8_only=args.int8_only, simd=args.simd,
+        path, _library_path(args), int8_only=args.int8_only, simd=args.simd,
         number_format=fmt))
     if compiled is None or args.command == "compile":
         return 2 if compiled is None else 0
     inputs = np.load(args.calib) if args.calib else sample_inputs(compiled, args.num_eval or 16)
     report = {"model": args.model, "activations": fmt.activations, "rounding": fmt.rounding,
               **evaluate_prequantized(compiled, _peer(kind, path, compiled), inputs)}
-    _print_report(report)
+    _print_report(_report(args, report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0

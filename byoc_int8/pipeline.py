@@ -45,6 +45,8 @@ class CompiledModel:
     boundary_crossings: int
     compile_seconds: float
     _vm: object = field(default=None, repr=False)
+    # Without an output path the library lives in a temporary directory that goes with this object.
+    _scratch: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
     _host: HostOpRunner = field(default_factory=HostOpRunner, repr=False)
     _qgraphs: dict | None = field(default=None, repr=False)
 
@@ -124,8 +126,9 @@ def _build(mod: tvm.IRModule, host_ops: list, ops_total: int, output_path, simd:
     """Codegen, host compile and export of a partitioned module whose regions are ready to
     quantize (calibrated, or carrying a model's own encodings)."""
     executable = build.build(mod, simd=simd)
-    if output_path is None:
-        output_path = os.path.join(tempfile.mkdtemp(prefix="byoc_int8_"), "model.so")
+    scratch = tempfile.TemporaryDirectory(prefix="byoc_int8_") if output_path is None else None
+    if scratch is not None:
+        output_path = os.path.join(scratch.name, "model.so")
     build.export(executable, output_path)
     return CompiledModel(
         library_path=os.fspath(output_path),
@@ -136,6 +139,7 @@ def _build(mod: tvm.IRModule, host_ops: list, ops_total: int, output_path, simd:
         regions=len(region_functions(mod)),
         boundary_crossings=boundary_crossings(mod),
         compile_seconds=time.perf_counter() - start,
+        _scratch=scratch,
     )
 
 

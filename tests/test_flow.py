@@ -1,6 +1,7 @@
 """The end-to-end flow: partition, calibrate, compile, run, and check against the reference."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -268,3 +269,19 @@ def test_refusal_reasons_of_two_threads_do_not_mix():
     worker.join()
     assert seen == {}
     assert patterns.take_refusals() == {"main's call": "main's reason"}
+
+
+def test_run_leaves_no_library_behind_unless_kept(tmp_path):
+    import gc
+    import glob
+    import tempfile
+
+    pattern = os.path.join(tempfile.gettempdir(), "byoc_int8_*")
+    before = set(glob.glob(pattern))
+    assert cli.main(["run", "--model", "resnet18_stem", "--num-calib", "2", "--num-eval", "1", "--quiet"]) == 0
+    gc.collect()
+    assert set(glob.glob(pattern)) <= before
+    kept = tmp_path / "kept.so"
+    assert cli.main(["run", "--model", "resnet18_stem", "--num-calib", "2", "--num-eval", "1", "--quiet",
+                     "--keep", str(kept)]) == 0
+    assert kept.stat().st_size > 0
