@@ -98,3 +98,16 @@ def kernels(request, kernel_build) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(kernel_build / f"libbyoc_int8_kernels_{variant}_{rounding.replace('-', '_')}.so"))
     lib.rounding = rounding
     return lib
+
+
+def assert_one_int8_region(model, input_shape: tuple[int, ...], min_cosine: float = 0.999) -> dict:
+    """Compile `model` in strict int8 mode (it raises if any op stays in float), check one region,
+    C == integer reference and the cosine with float on 4 inputs; returns the report."""
+    from byoc_int8.pipeline import compile_model, evaluate
+
+    calib = np.random.default_rng(0).standard_normal((16, *input_shape)).astype(np.float32)
+    compiled = compile_model(model.eval(), calib, int8_only=True)
+    assert compiled.regions == 1
+    report = evaluate(compiled, model, calib[:4], latency_runs=1, layers=[])
+    assert report["bit_exact"] and report["cosine_vs_float"] > min_cosine
+    return report

@@ -9,9 +9,9 @@ import torch
 
 from byoc_int8 import activations, qarith, reference
 from byoc_int8.graph import Node
-from byoc_int8.pipeline import compile_model, evaluate
+from byoc_int8.pipeline import compile_model
 from byoc_int8.quantize import QNode
-from conftest import ptr
+from conftest import assert_one_int8_region, ptr
 
 CODES = np.arange(-128, 128, dtype=np.int8)
 # (input range, output range) pairs: narrow and wide inputs, symmetric and one-sided outputs.
@@ -61,12 +61,7 @@ MODULES = {
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_activation_runs_in_int8_between_convolutions(name):
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), MODULES[name], torch.nn.Conv2d(8, 4, 1)).eval()
-    calib = np.random.default_rng(0).standard_normal((16, 3, 8, 8)).astype(np.float32)
-    compiled = compile_model(model, calib, int8_only=True)  # raises if any op stays in float
-    assert compiled.regions == 1
-    report = evaluate(compiled, model, calib[:4], latency_runs=1, layers=[])
-    assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
+    assert_one_int8_region(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), MODULES[name], torch.nn.Conv2d(8, 4, 1)), (3, 8, 8))
 
 
 def test_a_lookalike_with_other_constants_is_not_taken_for_the_activation():

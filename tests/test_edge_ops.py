@@ -11,7 +11,7 @@ from byoc_int8 import qarith, reference
 from byoc_int8.graph import Node
 from byoc_int8.pipeline import compile_model, evaluate
 from byoc_int8.quantize import QNode
-from conftest import ptr
+from conftest import assert_one_int8_region, ptr
 
 i8 = ctypes.c_int8
 
@@ -91,12 +91,7 @@ class Product(torch.nn.Module):
                                    BatchNormAfterRelu(), Product()],
                          ids=["se-sigmoid", "se-hardsigmoid-gate-first", "bn-after-relu", "product"])
 def test_block_runs_in_one_int8_region(model):
-    model = model.eval()
-    calib = np.random.default_rng(0).standard_normal((16, 3, 12, 12)).astype(np.float32)
-    compiled = compile_model(model, calib, int8_only=True)  # raises if any op stays in float
-    assert compiled.regions == 1
-    report = evaluate(compiled, model, calib[:4], latency_runs=1, layers=[])
-    assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
+    assert_one_int8_region(model, (3, 12, 12))
 
 
 def test_multiply_by_a_constant_is_refused_with_a_reason():
@@ -156,12 +151,7 @@ class ChannelSplitShuffle(torch.nn.Module):
 
 
 def test_channel_split_shuffle_and_slices_run_in_int8():
-    model = ChannelSplitShuffle().eval()
-    calib = np.random.default_rng(0).standard_normal((16, 3, 10, 10)).astype(np.float32)
-    compiled = compile_model(model, calib, int8_only=True)
-    assert compiled.regions == 1
-    report = evaluate(compiled, model, calib[:4], latency_runs=1, layers=[])
-    assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
+    assert_one_int8_region(ChannelSplitShuffle(), (3, 10, 10))
 
 
 def test_degenerate_tensors_and_outputs_are_warned_about():
