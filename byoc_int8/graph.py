@@ -303,7 +303,7 @@ def _int_clip(comp: _Composite) -> tuple[int, int] | None:
 
 
 def _qdq_node(kind: str, func: relax.Function, inputs: list[int], output: int, layout: str,
-              quants: dict[int, ActivationQuant]) -> Node:
+              quants: dict[int, ActivationQuant], shapes: dict[int, tuple[int, ...]]) -> Node:
     """One QDQ composite as a Node; records the encodings it names in `quants`."""
     comp = _Composite(func)
     # The encodings of the composite's inputs (its dequantizes) and output (its quantize).
@@ -338,6 +338,13 @@ def _qdq_node(kind: str, func: relax.Function, inputs: list[int], output: int, l
     if kind.startswith("qdq_add"):
         relu = bool(comp.calls("relax.nn.relu"))
         return Node("add", inputs, output, attrs | {"clip": (0.0, float("inf")) if relu else None})
+    if kind.startswith("qdq_mul"):  # the full tensor first, a broadcast gate second
+        full_first = sorted(inputs, key=lambda v: -int(np.prod(shapes[v])))
+        if len(shapes[full_first[1]]) == 4 and shapes[full_first[1]] not in (shapes[full_first[0]], (*shapes[full_first[0]][:2], 1, 1)):
+            raise UnsupportedCompositeError(f"multiply of {shapes[full_first[0]]} by {shapes[full_first[1]]}: the gate is not per channel")
+        return Node("mul", full_first, output, attrs | {"clip": None})
+    if kind.startswith("qdq_lut_"):
+        return Node("lut", inputs, output, attrs | {"function": kind[len("qdq_lut_"):], "alpha": 0.0})
     if kind == "qdq_mean":
         return Node("global_avg_pool2d", inputs, output, attrs)
     if kind.startswith("qdq_concat"):
@@ -430,7 +437,7 @@ def extract_graph(name: str, region: relax.Function) -> Graph:
                 output = len(shapes)
                 shapes[output] = _logical_shape(_shape(binding.var), layout)
                 if kind.startswith(("qdq_", "quantize")) or kind.endswith("_int8"):
-                    node = _qdq_node(kind, func, inputs, output, layout, quants)
+                    node = _qdq_node(kind, func, inputs, output, layout, quants, shapes)
                 else:
                     node = _node_from_composite(kind, func, inputs, output, shapes)
                 node.composite = composite

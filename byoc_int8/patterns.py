@@ -448,34 +448,40 @@ def _relu6_of_x_plus_3(x: DFPattern, ann: dict) -> DFPattern:
     return upper | single
 
 
+def _lut_body(function: str, x: Callable[[], DFPattern], ann: dict) -> DFPattern:
+    """The float graph of `function` as torch.export (or TVM's importers) write it; `x()` is the
+    pattern of one use of its input."""
+    if function in ("sigmoid", "tanh"):
+        root = is_op(f"relax.{function}")(x())
+    elif function in ("gelu", "gelu_tanh"):
+        root = is_op(f"relax.nn.{function}")(x())
+    elif function == "leaky_relu":
+        root = is_op("relax.nn.leakyrelu")(x())
+    elif function == "silu":
+        sig = is_op("relax.sigmoid")(x())
+        root = is_op("relax.multiply")(x(), sig) | is_op("relax.multiply")(sig, x())
+    elif function == "hardsigmoid":
+        root = is_op("relax.divide")(_relu6_of_x_plus_3(x(), ann), ann.setdefault("const_6", is_const()))
+    elif function == "hardswish":
+        product = is_op("relax.multiply")(x(), _relu6_of_x_plus_3(x(), ann))
+        root = is_op("relax.divide")(product, ann.setdefault("const_6", is_const()))
+    elif function == "elu":  # -alpha * relu(1 - exp(x)) + relu(x)
+        negative = is_op("relax.nn.relu")(is_op("relax.subtract")(ann.setdefault("const_1", is_const()), is_op("relax.exp")(x())))
+        root = is_op("relax.add")(is_op("relax.multiply")(ann.setdefault("elu_scale", is_const()), negative),
+                                  is_op("relax.nn.relu")(x()))
+    elif function == "mish":  # x * tanh(softplus(x)), softplus with PyTorch's threshold 20
+        softplus = is_op("relax.log")(is_op("relax.add")(is_op("relax.exp")(x()), ann.setdefault("const_1", is_const())))
+        large = is_op("relax.greater")(x(), ann.setdefault("const_20", is_const()))
+        root = is_op("relax.multiply")(x(), is_op("relax.tanh")(is_op("relax.where")(large, x(), softplus)))
+    else:
+        raise ValueError(f"no pattern for activation {function!r}")
+    return root
+
+
 def _lut(function: str) -> CompositeSpec:
     x = wildcard()
     ann: dict = {"input": x}
-    if function in ("sigmoid", "tanh"):
-        root = is_op(f"relax.{function}")(x)
-    elif function in ("gelu", "gelu_tanh"):
-        root = is_op(f"relax.nn.{function}")(x)
-    elif function == "leaky_relu":
-        root = is_op("relax.nn.leakyrelu")(x)
-    elif function == "silu":
-        sig = is_op("relax.sigmoid")(x)
-        root = is_op("relax.multiply")(x, sig) | is_op("relax.multiply")(sig, x)
-    elif function == "hardsigmoid":
-        root = is_op("relax.divide")(_relu6_of_x_plus_3(x, ann), ann.setdefault("const_6", is_const()))
-    elif function == "hardswish":
-        product = is_op("relax.multiply")(x, _relu6_of_x_plus_3(x, ann))
-        root = is_op("relax.divide")(product, ann.setdefault("const_6", is_const()))
-    elif function == "elu":  # -alpha * relu(1 - exp(x)) + relu(x)
-        negative = is_op("relax.nn.relu")(is_op("relax.subtract")(ann.setdefault("const_1", is_const()), is_op("relax.exp")(x)))
-        root = is_op("relax.add")(is_op("relax.multiply")(ann.setdefault("elu_scale", is_const()), negative),
-                                  is_op("relax.nn.relu")(x))
-    elif function == "mish":  # x * tanh(softplus(x)), softplus with PyTorch's threshold 20
-        softplus = is_op("relax.log")(is_op("relax.add")(is_op("relax.exp")(x), ann.setdefault("const_1", is_const())))
-        large = is_op("relax.greater")(x, ann.setdefault("const_20", is_const()))
-        root = is_op("relax.multiply")(x, is_op("relax.tanh")(is_op("relax.where")(large, x, softplus)))
-    else:
-        raise ValueError(f"no pattern for activation {function!r}")
-    ann["root"] = root
+    root = ann["root"] = _lut_body(function, lambda: x, ann)
     return CompositeSpec(f"lut_{function}", root, ann, _check_lut)
 
 
@@ -666,6 +672,40 @@ def _qdq_concat(count: int) -> CompositeSpec:
     return _qdq_chain(f"qdq_concat{count}", body, ann, _check_qdq_same_encoding, clip=False)
 
 
+def _qdq_lut(function: str) -> CompositeSpec:
+    """TFLite's LOGISTIC, TANH and HARD_SWISH (and ONNX's Sigmoid, Tanh, HardSwish) between a
+    dequantize and a quantize."""
+    source, uses, ann = wildcard(), [], {}
+
+    def use() -> DFPattern:  # TVM's importers dequantize once per use
+        uses.append(_dequantize(source))
+        ann[f"dq{len(uses) - 1}"] = uses[-1]
+        ann.setdefault("input", uses[-1])
+        return uses[-1]
+
+    body = ann["root_op"] = _lut_body(function, use, ann)
+    return _qdq_chain(f"qdq_lut_{function}", body, ann, lambda ctx: _qdq_problem(ctx) or _check_lut(ctx), clip=False)
+
+
+def _check_qdq_mul(ctx: PatternCheckContext) -> str | None:
+    a, b = (_static_shape(arg) for arg in ctx.annotated_expr["root_op"].args)
+    gate = a is not None and b is not None and len(a) == len(b) == 4 and (
+        b in ((a[0], a[1], 1, 1), (a[0], 1, 1, a[3])) or a in ((b[0], b[1], 1, 1), (b[0], 1, 1, b[3])))
+    if a != b and not gate:
+        return f"broadcasting multiply {a} * {b} (same shapes, or one value per sample and channel)"
+    return _qdq_problem(ctx) or _activation_problem(ctx)
+
+
+def _qdq_mul(clip: bool) -> CompositeSpec:
+    """TFLite's MUL of two int8 tensors (squeeze-and-excitation's gate)."""
+    ann = {"dq0": _dequantize(wildcard()), "dq1": _dequantize(wildcard())}
+    body = ann["root_op"] = is_op("relax.multiply")(ann["dq0"], ann["dq1"])
+    return _qdq_chain("qdq_mul", body, ann, _check_qdq_mul, clip)
+
+
+QDQ_LUT_FUNCTIONS = ("sigmoid", "tanh", "hardswish")
+
+
 def _int8_op(kind: str, op: str, arity: int = 1) -> CompositeSpec:
     root = is_op(op)(*[wildcard() for _ in range(arity)])
     return CompositeSpec(kind, root, {"root": root, "root_op": root}, _check_int8_op)
@@ -709,6 +749,8 @@ QDQ_PATTERNS: list[CompositeSpec] = [
     _qdq_single("qdq_avg_pool2d", "relax.nn.avg_pool2d", _check_qdq_same_encoding),
     _qdq_single("qdq_mean", "relax.mean", _check_qdq_mean),
     *[_qdq_concat(count) for count in range(2, 9)],
+    *[_qdq_lut(function) for function in QDQ_LUT_FUNCTIONS],
+    *[_qdq_mul(clip) for clip in (False, True)],
     *[_qdq_add(relu, clip) for relu in (False, True) for clip in (False, True)],
     *[_qdq_dense(bias, clip) for bias in (False, True) for clip in (False, True)],
     *[_qdq_conv2d(bias, clip) for bias in (False, True) for clip in (False, True)],

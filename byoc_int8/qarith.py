@@ -160,11 +160,57 @@ def requantize(
     if rounding == "tflite":
         x = _wrap_int32(acc << np.maximum(shift, 0))
         high = (x * multiplier + (np.int64(1) << 30)) >> 31  # SaturatingRoundingDoublingHighMul
-        exponent = np.maximum(-shift, 0)  # RoundingDivideByPOT
-        mask = (np.int64(1) << exponent) - 1
-        threshold = (mask >> 1) + (high < 0)
-        return (high >> exponent) + ((high & mask) > threshold)
+        return rounding_divide_by_pot(high, np.maximum(-shift, 0))
     raise ValueError(f"unknown rounding {rounding!r}")
+
+
+def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray | int) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT: x / 2^exponent, ties away from zero."""
+    x = np.asarray(x, dtype=np.int64)
+    exponent = np.asarray(exponent, dtype=np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + ((x & mask) > threshold)
+
+
+# ---- TFLite's 16-bit fixed point (its int8 HARD_SWISH) -------------------------------------------
+# Q0.15 values in int16: a * b / 2^15 with gemmlowp's rounding (ties away from zero, computed as a
+# nudge and C's truncating division) or truncated toward zero (ARM's SQDMULH); both saturate the
+# one overflowing case, -1 * -1.
+
+INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
+INT32_MAX = (1 << 31) - 1
+
+
+def _c_divide(numerator: np.ndarray, denominator: int) -> np.ndarray:
+    """C's integer division (truncation toward zero)."""
+    magnitude = np.abs(numerator) // denominator
+    return np.where(numerator < 0, -magnitude, magnitude)
+
+
+def saturating_rounding_doubling_high_mul16(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    product = a * b
+    nudge = np.where(product >= 0, 1 << 14, 1 - (1 << 14))
+    return np.where((a == INT16_MIN) & (b == INT16_MIN), INT16_MAX, _c_divide(product + nudge, 1 << 15))
+
+
+def saturating_doubling_high_mul16(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    return np.where((a == INT16_MIN) & (b == INT16_MIN), INT16_MAX, _c_divide(a * b, 1 << 15))
+
+
+def saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
+    return np.clip(np.asarray(x, dtype=np.int64) << amount, INT16_MIN, INT16_MAX)
+
+
+def int16_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's 16-bit multiplier of `real`: :func:`quantize_multiplier`'s 32-bit one rounded to
+    its high half (saturating at 2^15 - 1), and the same exponent."""
+    fixed = quantize_multiplier(real)
+    if fixed.multiplier >= INT32_MAX - (1 << 15):
+        return INT16_MAX, fixed.shift
+    return (fixed.multiplier + (1 << 15)) >> 16, fixed.shift
 
 
 def requantize_double(acc: np.ndarray, real: np.ndarray | float) -> np.ndarray:

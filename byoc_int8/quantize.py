@@ -136,7 +136,8 @@ def quantize_node(
 ) -> QNode:
     """The integer parameters of one node. `source` names where a model quantized elsewhere came
     from ("tflite", "onnx"): a .tflite model's dense layers requantize as TFLite's reference
-    FULLY_CONNECTED does, in double precision."""
+    FULLY_CONNECTED does, in double precision, and its LOGISTIC, TANH and HARD_SWISH take TFLite's
+    own tables."""
     q_in, q_out = quants[node.inputs[0]], quants[node.output]
     in_shape = graph.shapes[node.inputs[0]]
     out_shape = graph.shapes[node.output]
@@ -194,6 +195,8 @@ def quantize_node(
     if node.op == "max_pool2d":
         return made()
     if node.op == "lut":
+        if source == "tflite":  # TFLite's own int8 algorithm for the op
+            return made({"table": activations.tflite_table(a["function"], q_in, q_out)})
         return made({"table": activations.lookup_table(a["function"], a["alpha"], q_in, q_out)})
     if node.op == "concat":
         factors = np.array([quants[v].scale / q_out.scale for v in node.inputs])

@@ -61,6 +61,33 @@ def test_tflite_op_without_a_composite_is_listed_in_strict_mode(tflite_dir):
     assert report["bit_exact"]
 
 
+def test_tflite_logistic_tanh_and_hard_swish_tables_are_tflites_own(tmp_path):
+    """Every input code of LOGISTIC, TANH and HARD_SWISH at three input scales: the table equals
+    TFLite's reference kernel. HARD_SWISH is TFLite's 16-bit fixed point, which is not f rounded
+    to the nearest code: the plain table of the float function misses it somewhere."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from byoc_int8 import activations
+    from byoc_int8.qarith import ActivationQuant
+
+    codes = np.arange(-128, 128, dtype=np.int8).reshape(1, 16, 16, 1)
+    float_misses = {}
+    for (name, span), path in tflite_models.build_activation_tflites(tmp_path).items():
+        interpreter = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        interpreter.allocate_tensors()
+        (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+        interpreter.set_tensor(inp["index"], codes)
+        interpreter.invoke()
+        expected = interpreter.get_tensor(out["index"]).reshape(-1)
+        q_in, q_out = ActivationQuant(*inp["quantization"]), ActivationQuant(*out["quantization"])
+        table = activations.tflite_table(name, q_in, q_out)
+        np.testing.assert_array_equal(table, expected, err_msg=f"{name}, inputs on [-{span}, {span}]")
+        assert len(np.unique(expected)) > 15  # not a saturated step: many output codes in use
+        float_table = activations.lookup_table(name, 0.0, q_in, q_out)
+        float_misses[name] = float_misses.get(name, 0) + int(np.count_nonzero(float_table != expected))
+    assert float_misses["hardswish"] > 0
+
+
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("onnx")

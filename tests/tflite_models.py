@@ -169,11 +169,28 @@ def odd_branchy() -> "tf.keras.Model":
     return _tf().keras.Model(x_in, x, name="odd_branchy")
 
 
+def squeeze_excite() -> "tf.keras.Model":
+    """MobileNetV3-like: conv + HARD_SWISH, squeeze-and-excitation (MEAN, 1x1 conv + relu, 1x1
+    conv + LOGISTIC, broadcasting MUL), conv + TANH, LOGISTIC, MEAN, dense."""
+    L, s = _layers(), _Seeds(600)
+    x_in = L.Input((16, 16, 3), batch_size=1, name="input")
+    x = L.Activation("hard_swish")(_conv(s, 16, 3, padding="same")(x_in))
+    gate = L.GlobalAveragePooling2D(keepdims=True)(x)
+    gate = _conv(s, 8, 1, activation="relu")(gate)
+    gate = _conv(s, 16, 1, activation="sigmoid")(gate)
+    x = L.Multiply()([x, gate])
+    x = _conv(s, 12, 3, strides=2, padding="same", activation="tanh")(x)  # 8x8x12
+    x = L.Activation("sigmoid")(_conv(s, 12, 1)(x))
+    x = L.GlobalAveragePooling2D()(x)
+    return _tf().keras.Model(x_in, _dense(s, 10)(x), name="squeeze_excite")
+
+
 ARCHITECTURES: dict[str, Callable[[], "tf.keras.Model"]] = {
     "mobilenet": mobilenet,
     "resnet": resnet,
     "odd_valid": odd_valid,
     "odd_branchy": odd_branchy,
+    "squeeze_excite": squeeze_excite,
 }
 """Model name -> function building the (untrained, deterministically initialised) Keras model."""
 
@@ -260,6 +277,33 @@ def build_tflite(name: str, path: str | os.PathLike[str], float_io: bool = False
     return path
 
 
+ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "hardswish": "hard_swish"}
+"""TFLite's int8 activations with algorithms of their own: our name -> Keras' name."""
+ACTIVATION_SPANS = (0.7, 6.0, 40.0)
+"""Calibration ranges [-span, span] of the activation models' input: three input scales."""
+
+
+def build_activation_tflites(directory: str | os.PathLike[str]) -> dict[tuple[str, float], Path]:
+    """For each activation and span, a model that is that one int8 op on a 16x16x1 input
+    calibrated on [-span, span] (256 elements: every input code fits in one run). One child
+    process builds them all. Returns (activation, span) -> path."""
+    directory = Path(directory)
+    done = subprocess.run([sys.executable, __file__, "--activations", str(directory)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the activation models failed:\n{done.stderr[-4000:]}")
+    return {(name, span): directory / f"{name}_{span}.tflite" for name in ACTIVATIONS for span in ACTIVATION_SPANS}
+
+
+def _write_activation_tflites(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, keras_name in ACTIVATIONS.items():
+        x_in = _layers().Input((16, 16, 1), batch_size=1, name="input")
+        model = _tf().keras.Model(x_in, _layers().Activation(keras_name)(x_in))
+        for span in ACTIVATION_SPANS:
+            calibration = span * calibration_data(tuple(model.inputs[0].shape))
+            (directory / f"{name}_{span}.tflite").write_bytes(convert_int8(model, calibration))
+
+
 def _write_tflite(name: str, path: Path, float_io: bool) -> None:
     model = build_keras(name)
     calibration = calibration_data(tuple(model.inputs[0].shape))
@@ -268,6 +312,9 @@ def _write_tflite(name: str, path: Path, float_io: bool) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--activations"]:
+        _write_activation_tflites(Path(sys.argv[2]))
+        sys.exit(0)
     parser = argparse.ArgumentParser(description="write one test .tflite model")
     parser.add_argument("name")
     parser.add_argument("path", type=Path)
