@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from . import patterns
+from . import patterns, profiles
 
 @dataclass(frozen=True)
 class HostOp:
@@ -130,27 +130,28 @@ class Partitioned:
     host_ops: list[HostOp]
 
 
-def partition(mod: tvm.IRModule, int8_only: bool = False, prequantized: bool = False) -> Partitioned:
+def partition(mod: tvm.IRModule, int8_only: bool = False, prequantized: bool = False,
+              profile: profiles.Profile = profiles.DEFAULT_PROFILE) -> Partitioned:
     """Offload every supported op to ``ccompiler`` regions; report the rest.
 
     With `int8_only`, any op left outside the regions is an error (:class:`Int8OnlyError`)
     that lists all of them, with where they are and why. `prequantized`: the model was
-    quantized elsewhere (QDQ composites only).
+    quantized elsewhere (QDQ composites only). `profile`: what the accelerator has (its ops and
+    limits; ``profiles.py``).
     """
     fusion = patterns.fusion_patterns(prequantized)
     patterns.take_refusals()
-    mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=True, annotate_codegen=False)(mod)
-    refusals = patterns.take_refusals()
+    with patterns.using_profile(profile):
+        mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=True, annotate_codegen=False)(mod)
+    reasons = patterns.take_refusals()  # by the variable a refused call defines, which host ops keep
     mod = relax.transform.MergeCompositeFunctions()(mod)
     mod = _rename_regions(relax.transform.DeadCodeElimination()(mod))
-    # FuseOpsByPattern rebuilds main, so refused calls are found again by their printed form.
-    reasons_by_text = {str(call): reason for call, reason in refusals.items()}
     host = []
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             call = binding.value
             if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op):
-                reason = reasons_by_text.get(str(call), f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
+                reason = reasons.get(binding.var.name, f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
                 span = str(call.span) if call.span is not None else None
                 host.append(HostOp(call.op.name, binding.var.name, len(host), str(call.ty), reason, span))
     if int8_only and host:

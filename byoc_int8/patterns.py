@@ -10,9 +10,10 @@ specific (longest) patterns last.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,25 +23,28 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, registe
 from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple, wildcard
 from tvm.relax.transform import PatternCheckContext
 
+from . import profiles
+
 # Largest tensor rank of the layout kernels (B8_MAX_RANK in byoc_int8.h).
 MAX_RANK = 6
 
 CODEGEN_NAME = "ccompiler"
 
-# Reasons given by checks during the current partitioning, keyed by the refused root call; one
+# Reasons given by checks during the current partitioning, keyed by the refused root's variable; one
 # record per thread (TVM runs the checks on the thread that runs FuseOpsByPattern), so that two
 # partitions in two threads cannot mix their reasons.
 _local = threading.local()
 
 
-def _refusals() -> dict[relax.Call, str]:
+def _refusals() -> dict[str, str]:
     if not hasattr(_local, "refusals"):
         _local.refusals = {}
     return _local.refusals
 
 
-def take_refusals() -> dict[relax.Call, str]:
-    """Return and forget the reasons this thread's pattern checks recorded since the last call."""
+def take_refusals() -> dict[str, str]:
+    """Return and forget the reasons this thread's pattern checks recorded since the last call,
+    keyed by the name of the variable the refused call defines."""
     refusals = dict(_refusals())
     _refusals().clear()
     return refusals
@@ -324,11 +328,59 @@ def _leak_problem(ctx: PatternCheckContext) -> str | None:
     return None
 
 
-def _recorded(check: Callable[[PatternCheckContext], str | None]) -> Callable[[PatternCheckContext], bool]:
+@contextlib.contextmanager
+def using_profile(profile: profiles.Profile) -> Iterator[None]:
+    """Pattern checks on this thread refuse what `profile` rules out (see profiles.py)."""
+    previous = getattr(_local, "profile", profiles.DEFAULT_PROFILE)
+    _local.profile = profile
+    try:
+        yield
+    finally:
+        _local.profile = previous
+
+
+def _geometry(ctx: PatternCheckContext) -> tuple[int, tuple[int, int], tuple[int, int]] | None:
+    """(channels, kernel, strides) of a composite's convolution, dense layer or pool."""
+    ann = ctx.annotated_expr
+    if "conv" in ann:
+        conv = ann["conv"]
+        weight, layout = _static_shape(conv.args[1]), str(conv.attrs.kernel_layout)
+        data, data_layout = _static_shape(conv.args[0]), str(conv.attrs.data_layout)
+        channels = max(weight[layout.index("O")], data[data_layout.index("C")])
+        return channels, (weight[layout.index("H")], weight[layout.index("W")]), tuple(int(v) for v in conv.attrs.strides)
+    if "matmul" in ann:
+        matmul = ann["matmul"]
+        return max(_static_shape(matmul)[-1], _static_shape(matmul.args[0])[-1]), (1, 1), (1, 1)
+    root = ann.get("root_op", ann["root"])
+    if isinstance(root, relax.Call) and root.op.name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        data = _static_shape(root.args[0])
+        return (data[str(root.attrs.layout).index("C")], tuple(int(v) for v in root.attrs.pool_size),
+                tuple(int(v) for v in root.attrs.strides))
+    return None
+
+
+def _profile_problem(kind: str, ctx: PatternCheckContext) -> str | None:
+    profile = getattr(_local, "profile", profiles.DEFAULT_PROFILE)
+    if profile is profiles.DEFAULT_PROFILE:
+        return None
+    ann = ctx.annotated_expr
+    main = next((ann[k] for k in ("conv", "matmul", "add", "mul", "root_op") if k in ann), ann["root"])
+    tensors = [a for a in getattr(main, "args", []) if isinstance(a, relax.Var) or isinstance(a, relax.Call)]
+    shapes = [s for s in (_static_shape(t) for t in [*tensors, ann["root"]]) if s is not None]
+    try:
+        geometry = _geometry(ctx)
+    except (TypeError, ValueError, IndexError):
+        geometry = None
+    return profiles.composite_problem(profile, kind, geometry, profiles.tensor_bytes(shapes))
+
+
+def _recorded(spec: "CompositeSpec") -> Callable[[PatternCheckContext], bool]:
     def run(ctx: PatternCheckContext) -> bool:
-        reason = _leak_problem(ctx) or check(ctx)
+        reason = _profile_problem(spec.kind, ctx) or _leak_problem(ctx) or spec.check(ctx)
         if reason is not None:
-            _refusals()[ctx.annotated_expr["root"]] = reason
+            root = ctx.annotated_expr["root"]
+            var = ctx.value_to_bound_var.get(root)
+            _refusals()[var.name if var is not None else str(root)] = reason
         return reason is None
 
     return run
@@ -788,7 +840,7 @@ def register() -> None:
     registered = {p.name for p in get_patterns_with_prefix(CODEGEN_NAME)}
     missing = [s for s in PATTERN_TABLE if s.name not in registered]
     if missing:
-        register_patterns([(s.name, s.pattern, s.annotations, _recorded(s.check)) for s in missing])
+        register_patterns([(s.name, s.pattern, s.annotations, _recorded(s)) for s in missing])
 
 
 def fusion_patterns(prequantized: bool = False) -> list[relax.transform.FusionPattern]:

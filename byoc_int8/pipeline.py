@@ -24,7 +24,8 @@ from .inputs import load_inputs
 from .layer_errors import LayerError, layer_errors
 from .host import HostOpRunner
 from .partition import boundary_crossings, count_ops, offloaded_ops, partition, region_functions
-from .qarith import DEFAULT_FORMAT, NumberFormat
+from .profiles import Profile, load_profile
+from .qarith import NumberFormat
 from .quantize import annotate_prequantized
 
 
@@ -86,7 +87,8 @@ def compile_model(
     progress: bool = False,
     int8_only: bool = False,
     simd: str | None = None,
-    number_format: NumberFormat = DEFAULT_FORMAT,
+    number_format: NumberFormat | None = None,
+    profile: str | os.PathLike | Profile | None = None,
     **calibration_options,
 ) -> CompiledModel:
     """Compile a float PyTorch model into one int8 shared library.
@@ -99,8 +101,13 @@ def compile_model(
     host in float; by default such ops run on the host between int8 regions.
     `simd`: the kernel implementation compiled in ("avx512vnni", "avx2" or "portable"; default:
     the fastest this machine runs).
-    `number_format`: how activations are encoded and requantizations round (``qarith``).
+    `number_format`: how activations are encoded and requantizations round (``qarith``; default:
+    the profile's).
+    `profile`: the accelerator's ops, numbers and limits (a built-in name, a TOML file or a
+    ``profiles.Profile``; default ``x86-sim``, everything).
     """
+    profile = load_profile(profile)
+    number_format = number_format or profile.number_format
     start = time.perf_counter()
     stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
     if isinstance(calibration_data, np.ndarray) and not example_inputs:
@@ -110,7 +117,7 @@ def compile_model(
         calibration_data = load_inputs(calibration_data, [int(d) for d in mod["main"].params[0].ty.shape.values])
     ops_total = count_ops(mod)
     stages.update()
-    parted = partition(mod, int8_only=int8_only)
+    parted = partition(mod, int8_only=int8_only, profile=profile)
     stages.update()
     calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress,
                            number_format=number_format, **calibration_options)

@@ -68,20 +68,28 @@ ADD_LEFT_SHIFT = 20
 
 ACTIVATIONS = ("symmetric", "asymmetric")
 ROUNDINGS = ("single", "tflite", "single-away")
+WEIGHTS = ("per-channel", "per-tensor")
+SCALES = ("any", "power-of-two")
 
 
 @dataclass(frozen=True)
 class NumberFormat:
-    """How a compiled model represents activations and rounds: read by every stage."""
+    """How a compiled model represents numbers and rounds: read by every stage.
+
+    `weights`: one scale per output channel or one per tensor. `scales`: ``power-of-two`` rounds
+    every activation and weight scale up to a power of two, so that every requantization factor
+    is a power of two and requantizing is a rounding shift (the multiplier is 2^30)."""
 
     activations: str = "asymmetric"
     rounding: str = "tflite"
+    weights: str = "per-channel"
+    scales: str = "any"
 
     def __post_init__(self) -> None:
-        if self.activations not in ACTIVATIONS:
-            raise ValueError(f"unknown activations {self.activations!r}; choose from {', '.join(ACTIVATIONS)}")
-        if self.rounding not in ROUNDINGS:
-            raise ValueError(f"unknown rounding {self.rounding!r}; choose from {', '.join(ROUNDINGS)}")
+        for field, value, choices in (("activations", self.activations, ACTIVATIONS), ("rounding", self.rounding, ROUNDINGS),
+                                      ("weights", self.weights, WEIGHTS), ("scales", self.scales, SCALES)):
+            if value not in choices:
+                raise ValueError(f"unknown {field} {value!r}; choose from {', '.join(choices)}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -91,7 +99,8 @@ class NumberFormat:
         return cls(**json.loads(text))
 
     def __str__(self) -> str:
-        return f"{self.activations}/{self.rounding}"
+        extras = [v for v, default in ((self.weights, "per-channel"), (self.scales, "any")) if v != default]
+        return "/".join([self.activations, self.rounding, *extras])
 
 
 # The default (NumberFormat's field defaults): asymmetric activations measure best
@@ -256,25 +265,38 @@ class ActivationQuant:
 MIN_RANGE = 1e-8
 
 
-def activation_quant(lo: float, hi: float, activations: str = "symmetric") -> ActivationQuant:
+def power_of_two_above(scale: float) -> float:
+    """The smallest power of two >= scale (so that the range it encodes still fits)."""
+    mantissa, exponent = math.frexp(scale)
+    return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
+
+
+def activation_quant(lo: float, hi: float, activations: str = "symmetric", scales: str = "any") -> ActivationQuant:
     """Scale and zero point of an activation whose calibrated range is [lo, hi]."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"calibrated range is not finite: [{lo}, {hi}]")
+    pow2 = power_of_two_above if scales == "power-of-two" else (lambda s: s)
     if activations == "symmetric":
-        return ActivationQuant(max(abs(lo), abs(hi), MIN_RANGE) / INT8_MAX, 0)
+        return ActivationQuant(pow2(max(abs(lo), abs(hi), MIN_RANGE) / INT8_MAX), 0)
     if activations != "asymmetric":
         raise ValueError(f"unknown activations {activations!r}")
     lo, hi = min(lo, 0.0), max(hi, 0.0)
-    scale = max(hi - lo, MIN_RANGE) / (INT8_MAX - INT8_MIN)
+    scale = pow2(max(hi - lo, MIN_RANGE) / (INT8_MAX - INT8_MIN))
     zero_point = int(np.clip(round_half_away(INT8_MIN - lo / scale), INT8_MIN, INT8_MAX))
     return ActivationQuant(scale, zero_point)
 
 
-def quantize_weights_per_channel(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-output-channel (axis 0) int8 weights in [-127, 127] and their scales."""
+def quantize_weights(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights in [-127, 127] and one scale per output channel (axis 0): each
+    channel's own, or with per-tensor weights the tensor's, repeated; powers of two if the
+    format says so."""
     flat = weights.reshape(weights.shape[0], -1).astype(np.float64)
     abs_max = np.abs(flat).max(axis=1)
+    if fmt.weights == "per-tensor":
+        abs_max = np.full_like(abs_max, abs_max.max(initial=0.0))
     scales = np.where(abs_max > 0, abs_max / WEIGHT_MAX, 1.0)
+    if fmt.scales == "power-of-two":
+        scales = np.array([power_of_two_above(s) for s in scales])
     q = np.clip(np.rint(flat / scales[:, None]), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
     return q.reshape(weights.shape), scales
 

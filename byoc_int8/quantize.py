@@ -57,16 +57,16 @@ class QGraph:
         return known
 
 
-def activation_quants(graph: Graph, ranges: dict[int, tuple[float, float]], activations: str) -> dict[int, qarith.ActivationQuant]:
+def activation_quants(graph: Graph, ranges: dict[int, tuple[float, float]], fmt: qarith.NumberFormat) -> dict[int, qarith.ActivationQuant]:
     """Scale and zero point of every value: calibrated, except where an op keeps its input's."""
     quants: dict[int, qarith.ActivationQuant] = {}
     for value in graph.inputs:
-        quants[value] = qarith.activation_quant(*ranges[value], activations)
+        quants[value] = qarith.activation_quant(*ranges[value], fmt.activations, fmt.scales)
     for node in graph.nodes:
         if node.op in SCALE_PRESERVING:
             quants[node.output] = quants[node.inputs[0]]
         else:
-            quants[node.output] = qarith.activation_quant(*ranges[node.output], activations)
+            quants[node.output] = qarith.activation_quant(*ranges[node.output], fmt.activations, fmt.scales)
     return quants
 
 
@@ -85,7 +85,7 @@ MAX_PATCH = 1 << 15
 
 
 def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.ActivationQuant,
-              double_requant: bool = False) -> dict:
+              fmt: qarith.NumberFormat, double_requant: bool = False) -> dict:
     """Shared by conv2d and dense: per-channel weights, bias (input zero point folded in) and
     requantization. Float weights are quantized here; a model quantized elsewhere brings its
     int8 weights, their scales and its int32 bias (``weight_q``, ``weight_scales``, ``bias_q``).
@@ -94,7 +94,7 @@ def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.Activation
         weight_q, weight_scales = node.consts["weight_q"], node.consts["weight_scales"].astype(np.float64)
         bias = node.consts.get("bias_q", np.zeros(weight_q.shape[0], np.int64))
     else:
-        weight_q, weight_scales = qarith.quantize_weights_per_channel(node.consts["weight"])
+        weight_q, weight_scales = qarith.quantize_weights(node.consts["weight"], fmt)
         bias = node.consts.get("bias", np.zeros(weight_q.shape[0], np.float32))
         bias = qarith.quantize_bias(bias, q_in.scale, weight_scales)
     patch = weight_q[0].size
@@ -132,12 +132,12 @@ def _transpose_params(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> dict:
 
 def quantize_node(
     node: Node, graph: Graph, quants: dict[int, qarith.ActivationQuant], rounding: str = qarith.DEFAULT_FORMAT.rounding,
-    source: str = "",
+    source: str = "", fmt: qarith.NumberFormat = qarith.DEFAULT_FORMAT,
 ) -> QNode:
     """The integer parameters of one node. `source` names where a model quantized elsewhere came
     from ("tflite", "onnx"): a .tflite model's dense layers requantize as TFLite's reference
     FULLY_CONNECTED does, in double precision, and its LOGISTIC, TANH and HARD_SWISH take TFLite's
-    own tables."""
+    own tables. `fmt` says how float weights are quantized."""
     q_in, q_out = quants[node.inputs[0]], quants[node.output]
     in_shape = graph.shapes[node.inputs[0]]
     out_shape = graph.shapes[node.output]
@@ -147,14 +147,14 @@ def quantize_node(
         return QNode(node, params or {}, rounding)
 
     if node.op == "conv2d":
-        params = _weighted(node, q_in, q_out)
+        params = _weighted(node, q_in, q_out, fmt)
         weight = params["weight"]  # OIHW
         # Depthwise: every group reads one input channel. Its kernel wants (1, KH, KW, O).
         params["depthwise"] = a["groups"] > 1 and a["groups"] == in_shape[1] and weight.shape[1] == 1
         params["weight"] = np.ascontiguousarray(weight.transpose((1, 2, 3, 0) if params["depthwise"] else (0, 2, 3, 1)))
         return made(params)
     if node.op == "dense":
-        return made(_weighted(node, q_in, q_out, double_requant=source == "tflite"))
+        return made(_weighted(node, q_in, q_out, fmt, double_requant=source == "tflite"))
     if node.op == "add":
         act_min, act_max = _act_range(node, q_out)
         q_in2 = quants[node.inputs[1]]
@@ -239,8 +239,8 @@ def quantize_graph(
 ) -> QGraph:
     """Integer parameters for every node: from calibrated `ranges`, or, for a model quantized
     elsewhere, from the scales and zero points it carries (``graph.quants``)."""
-    quants = graph.quants if graph.prequantized else activation_quants(graph, ranges, fmt.activations)
-    return QGraph(graph, quants, [quantize_node(n, graph, quants, fmt.rounding, source) for n in graph.nodes], fmt)
+    quants = graph.quants if graph.prequantized else activation_quants(graph, ranges, fmt)
+    return QGraph(graph, quants, [quantize_node(n, graph, quants, fmt.rounding, source, fmt) for n in graph.nodes], fmt)
 
 
 # Calibrated ranges travel with the IR: each region function carries, under this attribute, the
