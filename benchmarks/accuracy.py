@@ -16,6 +16,12 @@ One row per (number format, calibrator); defaults: all six formats (``qarith.ACT
 
 The last line names the best format for the "max" calibrator: highest ResNet-18 cosine, then
 smallest digits drop.
+
+    TVM_NUM_THREADS=2 python benchmarks/accuracy.py --profiles x86-sim,tflite-int8,pow2-npu
+
+compares accelerator profiles instead (``profiles.py``; "max" calibrator, each profile's own
+number format): per model, ops offloaded, digits accuracy or ResNet-18 cosine, the largest
+region's workspace (arena) bytes and the constant bytes (weights, biases, multipliers, tables).
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from byoc_int8 import digits
+from byoc_int8 import digits, reference
 from byoc_int8.calibrate import CALIBRATORS
+from byoc_int8.codegen.emit_c import footprint
 from byoc_int8.layer_errors import layer_errors, sqnr_db
 from byoc_int8.models import BUILTIN_MODELS
 from byoc_int8.pipeline import CompiledModel, compile_model, cosine
+from byoc_int8.profiles import BUILTIN_PROFILES, load_profile
 from byoc_int8.qarith import ACTIVATIONS, ROUNDINGS, NumberFormat
 
 DIGITS_CALIBRATION = 256
@@ -63,6 +71,9 @@ class Workload:
 class Measurement:
     """One int8 build of a workload, measured against its float model."""
 
+    compiled: CompiledModel
+    workspace_bytes: int  # the largest region's arena
+    constant_bytes: int  # weights, biases, requantization constants and tables of every region
     logits: np.ndarray
     cosine: float  # mean over the inputs
     logits_sqnr_db: float
@@ -134,12 +145,18 @@ def mean_layer_sqnr(compiled: CompiledModel, x: np.ndarray) -> float:
     return float(np.mean(finite)) if finite else float("nan")
 
 
-def measure(workload: Workload, number_format: NumberFormat, method: str, library: Path) -> Measurement:
-    """Compile `workload` in `number_format` with calibrator `method` into `library`, and measure it."""
+def measure(workload: Workload, number_format: NumberFormat | None, method: str, library: Path,
+            profile: str | None = None) -> Measurement:
+    """Compile `workload` in `number_format` (or `profile`'s) with calibrator `method` into
+    `library`, and measure it."""
     compiled = compile_model(workload.model, workload.calibration, method=method,
-                             number_format=number_format, output_path=library)
+                             number_format=number_format, output_path=library, profile=profile)
     int8 = logits(compiled.run, workload.inputs)
+    arena, constants = zip(*(footprint(q) for q in reference.quantized_regions(compiled.module).values()))
     return Measurement(
+        compiled=compiled,
+        workspace_bytes=max(arena),
+        constant_bytes=sum(constants),
         logits=int8,
         cosine=float(np.mean([cosine(a, b) for a, b in zip(int8, workload.float_logits)])),
         logits_sqnr_db=sqnr_db(workload.float_logits, int8),
@@ -199,6 +216,35 @@ def parse_methods(text: str) -> list[str]:
     return methods
 
 
+PROFILE_HEADER = (f"{'profile':<12} {'model':<9} {'offloaded':>9} {'regions':>7} {'accuracy / cosine':>17} "
+                  f"{'drop pp':>7} {'workspace B':>11} {'constants B':>11} {'bit-exact':>9}")
+
+
+def profile_rows(names: list[str], digits_wl: Workload, labels: np.ndarray, resnet_wl: Workload, tmp: str) -> None:
+    float_acc = accuracy(digits_wl.float_logits, labels)
+    print(PROFILE_HEADER, flush=True)
+    for name in names:
+        for model, workload in (("digits", digits_wl), ("resnet18", resnet_wl)):
+            m = measure(workload, None, BEST_CALIBRATOR, Path(tmp) / f"{name}_{model}.so", profile=name)
+            c = m.compiled
+            score = (f"{100 * accuracy(m.logits, labels):>16.2f}%" if model == "digits" else f"{m.cosine:>17.6f}")
+            drop = f"{100 * (float_acc - accuracy(m.logits, labels)):>7.2f}" if model == "digits" else f"{'':>7}"
+            print(f"{name:<12} {model:<9} {f'{c.ops_offloaded}/{c.ops_total}':>9} {c.regions:>7} {score} {drop} "
+                  f"{m.workspace_bytes:>11} {m.constant_bytes:>11} {'yes' if not m.mismatches else 'NO':>9}", flush=True)
+            for host in sorted({h["op"] + ": " + h["reason"] for h in c.host_ops}):
+                print(f"{'':<12}   on the host: {host}")
+
+
+def parse_profiles(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        try:
+            load_profile(name)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return names
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--formats", type=parse_formats, default=ALL_FORMATS,
@@ -207,6 +253,8 @@ def parse_args() -> argparse.Namespace:
                         help="comma-separated calibrators (default: all)")
     parser.add_argument("--resnet-calib", type=int, default=32, help="ResNet-18 calibration inputs")
     parser.add_argument("--resnet-eval", type=int, default=8, help="ResNet-18 evaluation inputs")
+    parser.add_argument("--profiles", type=parse_profiles, default=None,
+                        help=f"compare accelerator profiles (built-in: {', '.join(BUILTIN_PROFILES)}, or .toml files)")
     return parser.parse_args()
 
 
@@ -216,6 +264,10 @@ def main() -> None:
     resnet_wl = resnet_workload(args.resnet_calib, args.resnet_eval)
     float_acc = accuracy(digits_wl.float_logits, labels)
     rows = []
+    if args.profiles:
+        with tempfile.TemporaryDirectory(prefix="byoc_int8_accuracy_") as tmp:
+            profile_rows(args.profiles, digits_wl, labels, resnet_wl, tmp)
+        return
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="byoc_int8_accuracy_") as tmp:
         for number_format in args.formats:

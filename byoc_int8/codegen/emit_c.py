@@ -346,6 +346,17 @@ def plan_memory(qgraph: QGraph, scratch_bytes: int) -> MemoryPlan:
     return MemoryPlan(offsets, scratch_offset, top + -(-scratch_bytes // ALIGN) * ALIGN)
 
 
+def footprint(qgraph: QGraph) -> tuple[int, int]:
+    """(workspace bytes, constant bytes) of a region: its planned arena, and its weights, biases,
+    requantization constants and tables as the C holds them."""
+    constants = 0
+    for q in qgraph.nodes:
+        for key, value in q.params.items():
+            if isinstance(value, np.ndarray) and key not in ("shape", "begin", "stride", "out_shape", "pads", "inner"):
+                constants += value.size * (1 if value.dtype == np.int8 else value.dtype.itemsize)
+    return plan_memory(qgraph, scratch_bytes(qgraph)).size, constants
+
+
 class RegionEmitter:
     """Writes the C for one quantized region whose entry point is __tvm_ffi_<symbol>."""
 
