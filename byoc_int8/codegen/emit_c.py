@@ -1,12 +1,17 @@
-"""C emission for quantized regions.
+"""C emission for quantized regions: one emitter, two outputs.
 
-One generated translation unit holds: the runtime_c kernels (pasted in, with static linkage, so
-the module needs no include path or library beyond TVM's own), and for each region its
-quantized constants, a kernel-call sequence over one planned arena, and the
-``extern "C" __tvm_ffi_<symbol>`` entry point that checks every argument before touching it.
+Each region becomes plain C99: its quantized constants and a ``<symbol>_run`` function, a
+kernel-call sequence over one planned arena, that returns a ``B8_MODEL_*`` status
+(``runtime_c/include/byoc_int8_model.h``). Convolutions, adds and max pools go through that
+header's scheduler functions, and filters through ``b8_model_filter``.
 
-``export_library`` compiles this source as C++ with no optimization flags of its own, so the
-file sets them itself with pragmas.
+* For TVM (:func:`emit_module`): one translation unit with the kernels, the TVM adapter
+  (``runtime_c/tvm/tvm_adapter.c``: thread pool, filter packing, argument checks) and, per
+  region, the model code and an ``extern "C" __tvm_ffi_<symbol>`` entry that hands a description
+  of the region to the adapter. ``export_library`` compiles it as C++ with no optimization flags of
+  its own, so the file sets them with pragmas.
+* Standalone (:func:`emit_standalone`): ``model.h`` / ``model.c`` for a C99 project with the
+  portable kernels and ``runtime_c/model/serial.c`` (one thread, no heap); see ``export.py``.
 """
 
 from __future__ import annotations
@@ -25,13 +30,18 @@ KERNEL_FILES = ["conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "l
 ALIGN = 64
 
 
-def runtime_source() -> str:
-    """The kernel header, the private helpers and the sources as one block of text, with the
-    local includes (pasted here in order) removed."""
+def kernel_files() -> list[Path]:
+    """The kernel header, its private helpers and the sources, in the order they compile."""
     if not (RUNTIME_C / "include" / "byoc_int8.h").exists():
         raise FileNotFoundError(f"runtime_c kernels not found at {RUNTIME_C}")
     files = [RUNTIME_C / "include" / "byoc_int8.h", *sorted((RUNTIME_C / "src").glob("*.h"))]
-    files += [RUNTIME_C / "src" / name for name in KERNEL_FILES]
+    return files + [RUNTIME_C / "src" / name for name in KERNEL_FILES]
+
+
+def runtime_source() -> str:
+    """The kernels, the model header and the TVM adapter as one block of text, with the local
+    includes (pasted here in order) removed."""
+    files = kernel_files() + [RUNTIME_C / "include" / "byoc_int8_model.h", RUNTIME_C / "tvm" / "tvm_adapter.c"]
     return "\n".join(
         line
         for path in files
@@ -83,154 +93,6 @@ def default_simd() -> str:
     flags = cpu_flags()
     return next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
 
-ENTRY_HELPERS = """
-// ---- helpers shared by every region ----
-static int b8_fail(const char* message) {
-  TVMFFIErrorSetRaisedFromCStr("ValueError", message);
-  return -1;
-}
-
-static int b8_cpu_supported(void) {
-#if B8_USE_AVX512VNNI
-  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2");
-#elif B8_USE_AVX2
-  return __builtin_cpu_supports("avx2");
-#else
-  return 1;
-#endif
-}
-
-/* A convolution filter in the layout of the selected kernels, prepared on first use. */
-static const int8_t* b8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter) {
-  size_t size = ((size_t)b8_conv2d_s8_packed_size(filter_dims, groups) + 63) / 64 * 64;
-  int8_t* packed = (int8_t*)aligned_alloc(64, size);
-  if (packed) b8_conv2d_s8_pack_filter(filter_dims, groups, filter, packed);
-  return packed;
-}
-
-/* One convolution, split over TVM's thread pool in runs of whole 8-pixel tiles. */
-typedef struct {
-  const b8_conv_params* conv;
-  const b8_requant_params* quant;
-  const b8_dims *input_dims, *filter_dims, *output_dims;
-  const int8_t* input;
-  const int8_t* filter;
-  const int32_t* bias;
-  int8_t* output;
-  int32_t input_nonnegative, depthwise;
-} b8_conv_job;
-
-/* One elementwise add, split over the pool in chunks of whole cache lines. */
-typedef struct {
-  const b8_add_params* params;
-  int32_t size;
-  const int8_t *input1, *input2;
-  int8_t* output;
-} b8_add_job;
-
-static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
-  const b8_add_job* job = (const b8_add_job*)data;
-  const int32_t share = ((job->size + env->num_task - 1) / env->num_task + 63) / 64 * 64;
-  const int32_t begin = task_id * share;
-  const int32_t end = begin + share < job->size ? begin + share : job->size;
-  if (begin >= end) return 0;
-  return b8_add_s8(job->params, end - begin, job->input1 + begin, job->input2 + begin,
-                   job->output + begin) == B8_OK ? 0 : -1;
-}
-
-/* The share of `total` output pixels for one task: whole 8-pixel tiles. */
-static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
-  const int32_t share = ((total + num_task - 1) / num_task + 7) / 8 * 8;
-  b8_pixels pixels = {task_id * share, (task_id + 1) * share < total ? (task_id + 1) * share : total};
-  return pixels;
-}
-
-/* One max pool, split over the pool by output pixels. */
-typedef struct {
-  const b8_pool_params* pool;
-  const b8_dims *input_dims, *output_dims;
-  const int8_t* input;
-  int8_t* output;
-} b8_max_pool_job;
-
-static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
-  const b8_max_pool_job* job = (const b8_max_pool_job*)data;
-  const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
-  if (pixels.begin >= pixels.end) return 0;
-  return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, out, job->output, &pixels) == B8_OK ? 0 : -1;
-}
-
-static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
-  const b8_conv_job* job = (const b8_conv_job*)data;
-  const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
-  if (pixels.begin >= pixels.end) return 0;
-  if (job->depthwise)
-    return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input,
-                                  job->filter_dims, job->filter, job->bias, job->output_dims,
-                                  job->output, &pixels) == B8_OK ? 0 : -1;
-  int8_t* scratch = (int8_t*)malloc((size_t)b8_conv2d_s8_scratch_size(job->filter_dims));
-  if (!scratch) return -1;
-  b8_status status = b8_conv2d_s8(job->conv, job->quant, job->input_dims, job->input,
-                                  job->input_nonnegative, job->filter_dims, job->filter, job->bias,
-                                  job->output_dims, job->output, &pixels, scratch);
-  free(scratch);
-  return status == B8_OK ? 0 : -1;
-}
-
-/* The DLTensor behind an argument, which arrives as a raw DLTensor pointer or a Tensor object. */
-static DLTensor* b8_tensor_arg(const TVMFFIAny* arg) {
-  if (arg->type_index == kTVMFFIDLTensorPtr) return (DLTensor*)arg->v_ptr;
-  if (arg->type_index == kTVMFFITensor)
-    return (DLTensor*)((char*)arg->v_obj + sizeof(TVMFFIObject));
-  return NULL;
-}
-
-/* Checks a compact CPU tensor of the given dtype (float32 or int8) and shape; returns its data or
- * NULL with an error message naming the argument. */
-static void* b8_checked_data(const char* region, const TVMFFIAny* arg, const char* name,
-                             int32_t is_int8, int32_t ndim, const int64_t* shape) {
-  char message[512];
-  DLTensor* t = b8_tensor_arg(arg);
-  if (!t) {
-    snprintf(message, sizeof message, "%s: argument %s is not a tensor (type index %d)", region,
-             name, (int)arg->type_index);
-    b8_fail(message);
-    return NULL;
-  }
-  if (t->dtype.code != (is_int8 ? kDLInt : kDLFloat) || t->dtype.bits != (is_int8 ? 8 : 32) ||
-      t->dtype.lanes != 1) {
-    snprintf(message, sizeof message, "%s: %s must be %s (dtype code %d, %d bits)", region, name,
-             is_int8 ? "int8" : "float32", (int)t->dtype.code, (int)t->dtype.bits);
-    b8_fail(message);
-    return NULL;
-  }
-  if (t->device.device_type != kDLCPU) {
-    snprintf(message, sizeof message, "%s: %s must be on the CPU", region, name);
-    b8_fail(message);
-    return NULL;
-  }
-  int ok = t->ndim == ndim;
-  int64_t expected_stride = 1;
-  for (int32_t i = ndim - 1; ok && i >= 0; --i) {
-    ok = t->shape[i] == shape[i] && (!t->strides || t->shape[i] == 1 || t->strides[i] == expected_stride);
-    expected_stride *= shape[i];
-  }
-  if (!ok) {
-    int n = snprintf(message, sizeof message, "%s: %s must be a compact tensor of shape (", region, name);
-    for (int32_t i = 0; i < ndim && n < 400; ++i)
-      n += snprintf(message + n, sizeof message - n, i ? ", %lld" : "%lld", (long long)shape[i]);
-    snprintf(message + n, sizeof message - n, ")");
-    b8_fail(message);
-    return NULL;
-  }
-  return (char*)t->data + t->byte_offset;
-}
-"""
-
-
 def _c_bytes(data: np.ndarray) -> str:
     """int8 data as C string literals (parsed far faster by the compiler than an int list)."""
     raw = data.astype(np.int8).tobytes()
@@ -248,6 +110,35 @@ def _escape(b: int) -> str:
 
 
 _ESCAPES = [_escape(b) for b in range(256)]
+
+
+# ---- names in the C text ----
+# Every name that reaches the generated source (a region's symbol, a composite's name, and so
+# anything a model file could carry) goes through c_safe, for the one place it lands.
+_IDENTIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_COMMENT_CHARS = frozenset(chr(c) for c in range(32, 127)) - set("\\?")
+
+
+def c_safe(text: str, where: str) -> str:
+    """`text` made safe for `where` in the generated C.
+
+    ``"identifier"``: `text` itself when it is a C identifier ([A-Za-z0-9_], not starting with a
+    digit); anything else raises ValueError rather than being rewritten, since a symbol must stay
+    the name TVM looks up. ``"string"``: a complete string literal, with every byte outside
+    printable ASCII and each of ``"``, ``\\`` and ``?`` as an octal escape (no line break, no
+    end of the literal, no trigraph). ``"comment"``: the text of a ``//`` comment, printable ASCII
+    without ``\\`` or ``?`` (no line break, no line continuation, no trigraph): others become ``_``.
+    """
+    text = str(text)
+    if where == "identifier":
+        if not text or text[0].isdigit() or not set(text) <= _IDENTIFIER_CHARS:
+            raise ValueError(f"not a C identifier: {ascii(text)} (symbols are made of [A-Za-z0-9_])")
+        return text
+    if where == "string":
+        return '"' + "".join(_ESCAPES[b] for b in text.encode("utf-8")) + '"'
+    if where == "comment":
+        return "".join(c if c in _COMMENT_CHARS else "_" for c in text)
+    raise ValueError(f"unknown place in C: {where!r}")
 
 
 def _c_ints(values) -> str:
@@ -278,12 +169,15 @@ def moves_no_bytes(q: QNode) -> bool:
 
 
 def scratch_bytes(qgraph: QGraph) -> int:
-    """Arena scratch: the intermediate of a reshape that transposes both before and after.
-    (Convolutions take per-thread scratch in their parallel tasks.)"""
+    """Arena scratch, shared by the nodes that need one (one runs at a time): the intermediate of
+    a reshape that transposes both before and after, and the portable convolution's gathered
+    patch (TVM's thread pool gives each task its own scratch instead)."""
     sizes = [0]
     for q in qgraph.nodes:
         if q.op == "reshape" and q.params["to_logical"] and q.params["to_stored"]:
             sizes.append(math.prod(q.params["to_logical"][0]))
+        if q.op == "conv2d" and not q.params["depthwise"]:
+            sizes.append(math.prod(q.params["weight"].shape[1:]))
     return max(sizes)
 
 
@@ -357,12 +251,21 @@ def footprint(qgraph: QGraph) -> tuple[int, int]:
     return plan_memory(qgraph, scratch_bytes(qgraph)).size, constants
 
 
-class RegionEmitter:
-    """Writes the C for one quantized region whose entry point is __tvm_ffi_<symbol>."""
+TARGETS = ("tvm", "c99")
 
-    def __init__(self, symbol: str, qgraph: QGraph, simd: str):
-        self.symbol = symbol
+
+class RegionEmitter:
+    """Writes the C for one quantized region: its constants and ``<symbol>_run``, and for TVM its
+    ``__tvm_ffi_<symbol>`` entry. `target` "tvm": constants as string literals (C++ parses them
+    fast); "c99": as initializer lists (ISO C99 bounds a string literal's length)."""
+
+    def __init__(self, symbol: str, qgraph: QGraph, simd: str, target: str = "tvm"):
+        if target not in TARGETS:
+            raise ValueError(f"unknown C target {target!r}; choose from {', '.join(TARGETS)}")
+        self.symbol = c_safe(symbol, "identifier")
         self.simd = simd
+        self.target = target
+        self.labels: list[str] = []
         self.q = qgraph
         self.g = qgraph.graph
         self.nonnegative = qgraph.nonnegative()
@@ -371,7 +274,7 @@ class RegionEmitter:
 
     def _const(self, tag: str, ctype: str, data: np.ndarray) -> str:
         name = f"{self.symbol}_{tag}"
-        if ctype == "int8_t":
+        if ctype == "int8_t" and self.target == "tvm":
             # Room for the literal's terminating NUL, which C++ requires.
             self.consts.append(
                 f"alignas({ALIGN}) static const int8_t {name}[{data.size + 1}] =\n{_c_bytes(data)};"
@@ -383,20 +286,23 @@ class RegionEmitter:
     def _buffer(self, value: int, plan: MemoryPlan) -> str:
         return f"(arena + {plan.offsets[value]})"
 
-    def _call(self, label: str, call: str) -> None:
-        self.body.append(
-            f'  if ({call} != B8_OK) return b8_fail("{self.symbol}: {label}: kernel refused its arguments");'
-        )
+    def _fail(self, status: str, where: int | str) -> str:
+        """The statement that stops the run with a B8_MODEL_* status at node or input `where`."""
+        return f"{{ *where = {where}; return {status}; }}"
+
+    def _call(self, index: int, call: str) -> None:
+        self.body.append(f"    if ({call} != B8_OK) {self._fail('B8_MODEL_KERNEL_ERROR', index)}")
 
     def _node(self, index: int, qn: QNode, plan: MemoryPlan) -> None:
         n, p, a = qn.node, qn.params, qn.node.attrs
         tag = f"n{index}"
         label = f"node {index} ({n.composite})"
+        self.labels.append(label)
         src = self._buffer(n.inputs[0], plan)
         dst = self._buffer(n.output, plan)
         in_dims = storage_shape(self.g.shapes[n.inputs[0]])
         out_dims = storage_shape(self.g.shapes[n.output])
-        self.body.append(f"  {{ // {label}")
+        self.body.append(f"  {{ // {c_safe(label, 'comment')}")
         if qn.op in ("conv2d", "dense"):
             w = self._const(f"{tag}_weight", "int8_t", p["weight"])
             b = self._const(f"{tag}_bias", "int32_t", p["bias"])
@@ -420,19 +326,17 @@ class RegionEmitter:
                     filt = w
                 else:
                     self.body += [
-                        f"    static const int8_t* packed = b8_pack_filter(&filter_dims, {a['groups']}, {w});",
-                        f'    if (!packed) return b8_fail("{self.symbol}: {label}: out of memory for the filter");',
+                        "    static const int8_t* cache = NULL;",
+                        f"    const int8_t* filter = b8_model_filter(&filter_dims, {a['groups']}, {w}, &cache);",
+                        f"    if (!filter) {self._fail('B8_MODEL_OUT_OF_MEMORY', index)}",
                     ]
-                    filt = "packed"
+                    filt = "filter"
                 nonnegative = int(self.nonnegative[n.inputs[0]])
                 self.body.append(
                     f"    b8_conv_job job = {{&cp, &rq, &in_dims, &filter_dims, &out_dims, {src}, {filt}, {b}, "
                     f"{dst}, {nonnegative}, {int(p['depthwise'])}}};"
                 )
-                self.body.append(
-                    f'    if (TVMBackendParallelLaunch(b8_conv_task, &job, 0) != 0) '
-                    f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");'
-                )
+                self._call(index, f"b8_model_conv(&job, arena + {plan.scratch_offset})")
             elif "double_requant" in p:  # a .tflite model's FULLY_CONNECTED
                 units, depth = p["weight"].shape
                 batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
@@ -442,11 +346,11 @@ class RegionEmitter:
                     f"    static const b8_double_requant_params dq = {{{dm}, {de}, {p['act_min']}, {p['act_max']}, "
                     f"{p['output_zero_point']}}};"
                 )
-                self._call(label, f"b8_dense_s8_double_requant(&dq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
+                self._call(index, f"b8_dense_s8_double_requant(&dq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
             else:
                 units, depth = p["weight"].shape
                 batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
-                self._call(label, f"b8_dense_s8(&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
+                self._call(index, f"b8_dense_s8(&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
         elif qn.op in ("max_pool2d", "avg_pool2d"):
             kh, kw = a["pool_size"]
             sh, sw = a["strides"]
@@ -457,18 +361,15 @@ class RegionEmitter:
                 f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
             ]
             if qn.op == "max_pool2d":
-                self.body += [
-                    f"    b8_max_pool_job job = {{&pp, &in_dims, &out_dims, {src}, {dst}}};",
-                    f"    if (TVMBackendParallelLaunch(b8_max_pool_task, &job, 0) != 0) "
-                    f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");',
-                ]
+                self.body.append(f"    b8_max_pool_job job = {{&pp, &in_dims, &out_dims, {src}, {dst}}};")
+                self._call(index, "b8_model_max_pool(&job)")
             else:
-                self._call(label, f"b8_avg_pool2d_s8(&pp, {int(a['count_include_pad'])}, {p['pad_value']}, "
+                self._call(index, f"b8_avg_pool2d_s8(&pp, {int(a['count_include_pad'])}, {p['pad_value']}, "
                                   f"&in_dims, {src}, &out_dims, {dst})")
         elif qn.op == "global_avg_pool2d":
             r = p["requant"]
             self.body.append(f"    static const b8_dims in_dims = {_dims(in_dims)};")
-            self._call(label, f"b8_global_avg_pool_s8({r.multiplier}, {r.shift}, {p['input_zero_point']}, "
+            self._call(index, f"b8_global_avg_pool_s8({r.multiplier}, {r.shift}, {p['input_zero_point']}, "
                               f"{p['output_zero_point']}, &in_dims, {src}, {dst})")
         elif qn.op == "add":
             r = p["rescale"]
@@ -480,11 +381,8 @@ class RegionEmitter:
             )
             size = math.prod(self.g.shapes[n.output])
             src2 = self._buffer(n.inputs[1], plan)
-            self.body += [
-                f"    b8_add_job job = {{&ap, {size}, {src}, {src2}, {dst}}};",
-                f"    if (TVMBackendParallelLaunch(b8_add_task, &job, 0) != 0) "
-                f'return b8_fail("{self.symbol}: {label}: kernel refused its arguments");',
-            ]
+            self.body.append(f"    b8_add_job job = {{&ap, {size}, {src}, {src2}, {dst}}};")
+            self._call(index, "b8_model_add(&job)")
         elif qn.op == "mul":
             r = p["requant"]
             stored = storage_shape(self.g.shapes[n.output])
@@ -496,28 +394,28 @@ class RegionEmitter:
                 f"{p['input2_zero_point']}, {p['output_zero_point']}, {p['act_min']}, {p['act_max']}}};"
             )
             src2 = self._buffer(n.inputs[1], plan)
-            self._call(label, f"b8_mul_s8(&mp, {batches}, {pixels}, {channels}, {int(p['broadcast'])}, {src}, {src2}, {dst})")
+            self._call(index, f"b8_mul_s8(&mp, {batches}, {pixels}, {channels}, {int(p['broadcast'])}, {src}, {src2}, {dst})")
         elif qn.op == "lut":
             table = self._const(f"{tag}_table", "int8_t", p["table"])
             size = math.prod(self.g.shapes[n.output])
-            self._call(label, f"b8_lut_s8({size}, {table}, {src}, {dst})")
+            self._call(index, f"b8_lut_s8({size}, {table}, {src}, {dst})")
         elif qn.op == "clip":
             size = math.prod(self.g.shapes[n.output])
-            self._call(label, f"b8_clip_s8({size}, {p['act_min']}, {p['act_max']}, {src}, {dst})")
+            self._call(index, f"b8_clip_s8({size}, {p['act_min']}, {p['act_max']}, {src}, {dst})")
         elif qn.op == "concat":
             k = len(n.inputs)
             self.body += [
                 f"    const int8_t* const parts[{k}] = {{{', '.join(self._buffer(v, plan) for v in n.inputs)}}};",
                 _int32_arrays(inner=p["inner"], mult=p["multiplier"], shift=p["shift"], zero_points=p["zero_points"]),
             ]
-            self._call(label, f"b8_concat_s8({k}, parts, inner, mult, shift, zero_points, {p['output_zero_point']}, "
+            self._call(index, f"b8_concat_s8({k}, parts, inner, mult, shift, zero_points, {p['output_zero_point']}, "
                               f"{p['outer']}, {dst})")
         elif qn.op == "slice":
             self.body.append(_int32_arrays(shape=p["shape"], begin=p["begin"], stride=p["stride"], out_shape=p["out_shape"]))
-            self._call(label, f"b8_slice_s8({len(p['shape'])}, shape, begin, stride, out_shape, {src}, {dst})")
+            self._call(index, f"b8_slice_s8({len(p['shape'])}, shape, begin, stride, out_shape, {src}, {dst})")
         elif qn.op == "pad":
             self.body.append(_int32_arrays(shape=p["shape"], pads=p["pads"]))
-            self._call(label, f"b8_pad_s8({len(p['shape'])}, shape, pads, {p['value']}, {src}, {dst})")
+            self._call(index, f"b8_pad_s8({len(p['shape'])}, shape, pads, {p['value']}, {src}, {dst})")
         elif qn.op in ("transpose", "reshape"):
             steps = [p["transpose"]] if qn.op == "transpose" else [p["to_logical"], p["to_stored"]]
             steps = [step for step in steps if step is not None]
@@ -531,7 +429,7 @@ class RegionEmitter:
                     f"    static const int32_t shape{i}[{rank}] = {{{_c_ints(shape)}}};",
                     f"    static const int32_t perm{i}[{rank}] = {{{_c_ints(perm)}}};",
                 ]
-                self._call(label, f"b8_transpose_s8({rank}, shape{i}, perm{i}, {buffers[i]}, {buffers[i + 1]})")
+                self._call(index, f"b8_transpose_s8({rank}, shape{i}, perm{i}, {buffers[i]}, {buffers[i + 1]})")
         else:
             raise ValueError(f"no C emitter for op {qn.op}")
         self.body.append("  }")
@@ -550,22 +448,27 @@ class RegionEmitter:
         self.body.append(f"  static const b8_dims {name} = {_dims(storage_shape(shape))};")
         return f"&{name}"
 
-    def _int8_boundary(self, value: int, src: str, dst: str, entering: bool, tag: str) -> None:
+    def _int8_boundary(self, value: int, src: str, dst: str, entering: bool, tag: str, indent: str = "  ") -> None:
         """An int8 tensor of the interface copied in or out (transposed when it is NCHW)."""
         shape = self.g.shapes[value]
         if len(shape) != 4 or self.g.layout == "NHWC":
-            self.body.append(f"  memcpy({dst}, {src}, {math.prod(shape)});")
+            self.body.append(f"{indent}memcpy({dst}, {src}, {math.prod(shape)});")
             return
         from_shape, perm = (shape, (0, 2, 3, 1)) if entering else (storage_shape(shape), (0, 3, 1, 2))
         self.body += [
-            f"  static const int32_t {tag}_shape[4] = {{{_c_ints(from_shape)}}}, {tag}_perm[4] = {{{_c_ints(perm)}}};",
-            f"  b8_transpose_s8(4, {tag}_shape, {tag}_perm, (const int8_t*){src}, (int8_t*){dst});",
+            f"{indent}static const int32_t {tag}_shape[4] = {{{_c_ints(from_shape)}}}, {tag}_perm[4] = {{{_c_ints(perm)}}};",
+            f"{indent}b8_transpose_s8(4, {tag}_shape, {tag}_perm, (const int8_t*){src}, (int8_t*){dst});",
         ]
 
     def emit(self) -> str:
-        plan = plan_memory(self.q, scratch_bytes(self.q))
-        n_in, n_out = len(self.g.inputs), len(self.g.outputs)
-        self.body.append(f"static int {self.symbol}_run(void* const* inputs, void* const* outputs, int8_t* arena) {{")
+        """The region's constants and its run function:
+        ``static int <symbol>_run(const void* const* inputs, void* const* outputs, int8_t* arena,
+        int32_t int8_io, int32_t* where)``, which returns a B8_MODEL_* status (with the failing
+        node or input in ``*where``). With `int8_io`, float interface tensors are passed as int8
+        codes in their quantization instead (the standalone ``model_run_int8``)."""
+        self.plan = plan = plan_memory(self.q, scratch_bytes(self.q))
+        self.body.append(f"static int {self.symbol}_run(const void* const* inputs, void* const* outputs, int8_t* arena, "
+                         "int32_t int8_io, int32_t* where) {")
         for i, v in enumerate(self.g.inputs):
             if self.g.input_dtype(i) == "int8":
                 self._int8_boundary(v, f"inputs[{i}]", self._buffer(v, plan), True, f"input{i}")
@@ -573,11 +476,13 @@ class RegionEmitter:
             dims = self._boundary_dims(v, f"input{i}_dims")
             quant = self.q.quants[v]
             size = math.prod(self.g.shapes[v])
-            self.body.append(
-                f"  if (b8_quantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
-                f"(const float*)inputs[{i}], {self._buffer(v, plan)}) != B8_OK)\n"
-                f'    return b8_fail("{self.symbol}: input {i} contains NaN or infinity");'
-            )
+            self.body.append("  if (int8_io) {")
+            self._int8_boundary(v, f"inputs[{i}]", self._buffer(v, plan), True, f"input{i}", "    ")
+            self.body += [
+                f"  }} else if (b8_quantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
+                f"(const float*)inputs[{i}], {self._buffer(v, plan)}) != B8_OK)",
+                f"    {self._fail('B8_MODEL_NONFINITE_INPUT', i)}",
+            ]
         for index, qn in enumerate(self.q.nodes):
             self._node(index, qn, plan)
         for i, v in enumerate(self.g.outputs):
@@ -587,44 +492,42 @@ class RegionEmitter:
             dims = self._boundary_dims(v, f"output{i}_dims")
             size = math.prod(self.g.shapes[v])
             quant = self.q.quants[v]
-            self.body.append(
-                f"  b8_dequantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
-                f"{self._buffer(v, plan)}, (float*)outputs[{i}]);"
-            )
-        self.body += ["  return 0;", "}", ""]
+            self.body.append("  if (int8_io) {")
+            self._int8_boundary(v, self._buffer(v, plan), f"outputs[{i}]", False, f"output{i}", "    ")
+            self.body += [
+                "  } else {",
+                f"    b8_dequantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
+                f"{self._buffer(v, plan)}, (float*)outputs[{i}]);",
+                "  }",
+            ]
+        self.body += ["  (void)where;", "  return B8_MODEL_OK;", "}", ""]
+        header = c_safe(f"---- region {self.symbol}: {len(self.q.nodes)} int8 kernels, arena {plan.size} bytes ----", "comment")
+        return "\n".join([f"// {header}"] + self.consts + [""] + self.body)
 
+    def tvm_entry(self) -> str:
+        """The region's description for the TVM adapter and its ``__tvm_ffi_<symbol>`` entry."""
+        n_in, n_out = len(self.g.inputs), len(self.g.outputs)
         values = self.g.inputs + self.g.outputs
         shapes = [self._interface_shape(v) for v in values]
-        names = [f"input {i}" for i in range(n_in)] + [f"output {i}" for i in range(n_out)]
-        entry = [
-            f'extern "C" int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args, int32_t num_args,',
-            "                                  TVMFFIAny* result) {",
-            "  if (!b8_cpu_supported())",
-            f'    return b8_fail("{self.symbol}: compiled for instructions ({self.simd}) this CPU does not have");',
-            f"  if (num_args != {n_in + n_out})",
-            f'    return b8_fail("{self.symbol}: expected {n_in} inputs and {n_out} outputs");',
-            f"  void* tensors[{n_in + n_out}];",
-        ]
         dtypes = [self.g.input_dtype(i) for i in range(n_in)] + [self.g.output_dtype(i) for i in range(n_out)]
-        for i, (shape, name, dtype) in enumerate(zip(shapes, names, dtypes)):
-            is_int8 = int(dtype == "int8")
-            entry += [
-                f"  static const int64_t shape{i}[] = {{{_c_ints(shape)}}};",
-                f'  tensors[{i}] = b8_checked_data("{self.symbol}", &args[{i}], "{name}", {is_int8}, {len(shape)}, shape{i});',
-                f"  if (!tensors[{i}]) return -1;",
-            ]
-        entry += [
-            f"  int8_t* arena = (int8_t*)aligned_alloc({ALIGN}, {plan.size});",
-            f'  if (!arena) return b8_fail("{self.symbol}: out of memory ({plan.size} bytes)");',
-            f"  int status = {self.symbol}_run(tensors, tensors + {n_in}, arena);",
-            "  free(arena);",
-            "  if (result) { result->type_index = kTVMFFINone; result->zero_padding = 0; result->v_int64 = 0; }",
-            "  return status;",
+        sym = self.symbol
+        lines = [f"static const int64_t {sym}_shape{i}[] = {{{_c_ints(shape)}}};" for i, shape in enumerate(shapes)]
+        labels = ", ".join(c_safe(label, "string") for label in self.labels) or '""'
+        lines += [
+            f"static const int64_t* const {sym}_shapes[] = {{{', '.join(f'{sym}_shape{i}' for i in range(len(shapes)))}}};",
+            f"static const int32_t {sym}_ndim[] = {{{_c_ints([len(shape) for shape in shapes])}}};",
+            f"static const int32_t {sym}_is_int8[] = {{{_c_ints([d == 'int8' for d in dtypes])}}};",
+            f"static const char* const {sym}_labels[] = {{{labels}}};",
+            f"static const b8_region {sym}_region = {{{c_safe(sym, 'string')}, {c_safe(self.simd, 'string')}, {n_in}, "
+            f"{n_out}, {sym}_ndim, {sym}_shapes, {sym}_is_int8, {self.plan.size}, {len(self.labels)}, {sym}_labels, "
+            f"{sym}_run}};",
+            f'extern "C" int __tvm_ffi_{sym}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {{',
+            "  (void)self;",
+            f"  return b8_tvm_call(&{sym}_region, args, num_args, result);",
             "}",
             "",
         ]
-        header = f"// ---- region {self.symbol}: {len(self.q.nodes)} int8 kernels, arena {plan.size} bytes ----"
-        return "\n".join([header] + self.consts + [""] + self.body + entry)
+        return "\n".join(lines)
 
 
 # B8_ROUNDING of the kernels for each rounding of qarith.ROUNDINGS.
@@ -644,6 +547,8 @@ def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None) -> s
     if len(roundings) != 1:
         raise ValueError(f"one module needs one rounding; its regions use {sorted(roundings)}")
     rounding = f"#define B8_ROUNDING {ROUNDING_MACROS[roundings.pop()]}\n"
-    parts = [PRELUDE, SIMD_PRELUDE[simd], rounding, runtime_source(), ENTRY_HELPERS]
-    parts += [RegionEmitter(symbol, q, simd).emit() for symbol, q in regions]
+    parts = [PRELUDE, SIMD_PRELUDE[simd], rounding, runtime_source()]
+    for symbol, q in regions:
+        emitter = RegionEmitter(symbol, q, simd, "tvm")
+        parts += [emitter.emit(), emitter.tvm_entry()]
     return "\n".join(parts)

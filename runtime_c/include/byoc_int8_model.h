@@ -1,0 +1,74 @@
+/*
+ * What a generated model needs beyond the kernels of byoc_int8.h.
+ *
+ * byoc_int8's code generator writes each model as plain C99: its constants, one planned arena,
+ * and a sequence of kernel calls. The kernels it may split over threads (convolution, add, max
+ * pool) and the preparation of convolution filters go through the four functions below, which
+ * have two implementations:
+ *  - runtime_c/model/serial.c: one thread, no heap, the portable kernels (the standalone C
+ *    export, e.g. for firmware);
+ *  - runtime_c/tvm/tvm_adapter.c: TVM's thread pool, and filters packed once for the SIMD
+ *    kernels (the shared library TVM loads).
+ */
+#ifndef BYOC_INT8_MODEL_H_
+#define BYOC_INT8_MODEL_H_
+
+#include "byoc_int8.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a generated model's run function returns (0 on success). */
+enum {
+  B8_MODEL_OK = 0,
+  B8_MODEL_KERNEL_ERROR = 1,     /* a kernel refused its arguments (a code generator bug) */
+  B8_MODEL_NONFINITE_INPUT = 2,  /* a float input holds NaN or infinity */
+  B8_MODEL_OUT_OF_MEMORY = 3     /* packing a filter for the SIMD kernels found no memory */
+};
+
+/* One convolution (depthwise or not) over all its output pixels. */
+typedef struct {
+  const b8_conv_params* conv;
+  const b8_requant_params* quant;
+  const b8_dims *input_dims, *filter_dims, *output_dims;
+  const int8_t* input;
+  const int8_t* filter; /* as b8_model_filter returned it */
+  const int32_t* bias;
+  int8_t* output;
+  int32_t input_nonnegative, depthwise;
+} b8_conv_job;
+
+/* One elementwise add of two tensors of `size` elements. */
+typedef struct {
+  const b8_add_params* params;
+  int32_t size;
+  const int8_t *input1, *input2;
+  int8_t* output;
+} b8_add_job;
+
+/* One max pool over all its output pixels. */
+typedef struct {
+  const b8_pool_params* pool;
+  const b8_dims *input_dims, *output_dims;
+  const int8_t* input;
+  int8_t* output;
+} b8_max_pool_job;
+
+/* `scratch`: b8_conv2d_s8_scratch_size(filter_dims) bytes of the portable kernels, from the
+ * model's arena (an implementation with other kernels may use its own). */
+B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch);
+B8_API b8_status b8_model_add(const b8_add_job* job);
+B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job);
+
+/* A convolution filter (OHWI) in the layout of the kernels compiled in; `cache` is one pointer
+ * per filter, NULL before the first call, that an implementation may keep a packed copy in.
+ * Returns NULL when packing needs memory that is not there. */
+B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+                                     const int8_t** cache);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BYOC_INT8_MODEL_H_ */

@@ -1,0 +1,42 @@
+/*
+ * The generated model's scheduler for one thread and no heap (byoc_int8_model.h): every kernel
+ * runs whole, on the calling thread, with scratch from the model's arena. The portable kernels
+ * read filters as they are (OHWI), so nothing is packed.
+ */
+#include "byoc_int8_model.h"
+
+#if B8_USE_AVX2
+#error "serial.c goes with the portable kernels (their filters need no packing); build without B8_USE_AVX2"
+#endif
+
+B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch) {
+  const b8_dims* out = job->output_dims;
+  b8_pixels pixels;
+  pixels.begin = 0;
+  pixels.end = out->n * out->h * out->w;
+  if (job->depthwise)
+    return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->filter_dims,
+                                  job->filter, job->bias, job->output_dims, job->output, &pixels);
+  return b8_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->input_nonnegative,
+                      job->filter_dims, job->filter, job->bias, job->output_dims, job->output, &pixels, scratch);
+}
+
+B8_API b8_status b8_model_add(const b8_add_job* job) {
+  return b8_add_s8(job->params, job->size, job->input1, job->input2, job->output);
+}
+
+B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job) {
+  const b8_dims* out = job->output_dims;
+  b8_pixels pixels;
+  pixels.begin = 0;
+  pixels.end = out->n * out->h * out->w;
+  return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, job->output_dims, job->output, &pixels);
+}
+
+B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+                                     const int8_t** cache) {
+  (void)filter_dims;
+  (void)groups;
+  (void)cache;
+  return filter;
+}

@@ -1,0 +1,218 @@
+/*
+ * The TVM side of a generated model (byoc_int8_model.h): each region's entry point
+ * __tvm_ffi_<symbol> checks its arguments, allocates the arena and runs the model's code, and
+ * the kernels it may split run over TVM's thread pool. Filters are packed once, on first use,
+ * for the kernels compiled in.
+ *
+ * Compiled inside the generated module (as C++ by TVM's export_library, and as C99 by CMake's
+ * check), after byoc_int8.h, the kernels and byoc_int8_model.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tvm/ffi/c_api.h>
+#include <tvm/runtime/c_backend_api.h>
+
+#include "byoc_int8_model.h"
+
+/* What the entry point of one region needs to know about it. */
+typedef struct {
+  const char* name;              /* the symbol */
+  const char* simd;              /* the kernels compiled in, for the error message */
+  int32_t num_inputs, num_outputs;
+  const int32_t* ndim;           /* per argument (inputs, then outputs) */
+  const int64_t* const* shape;   /* per argument */
+  const int32_t* is_int8;        /* per argument: int8, else float32 */
+  int64_t arena_bytes;
+  int32_t num_nodes;
+  const char* const* node_labels; /* "node 3 (ccompiler.conv2d_bias_relu)" */
+  /* The model's code: B8_MODEL_OK or a B8_MODEL_* error with `where` the node or input index. */
+  int (*run)(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, int32_t* where);
+} b8_region;
+
+static int b8_fail(const char* message) {
+  TVMFFIErrorSetRaisedFromCStr("ValueError", message);
+  return -1;
+}
+
+static int b8_cpu_supported(void) {
+#if B8_USE_AVX512VNNI
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#elif B8_USE_AVX2
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return 1;
+#endif
+}
+
+B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+                                     const int8_t** cache) {
+  const int8_t* packed = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+  if (packed) return packed;
+  size_t size = ((size_t)b8_conv2d_s8_packed_size(filter_dims, groups) + 63) / 64 * 64;
+  int8_t* fresh = (int8_t*)aligned_alloc(64, size);
+  if (!fresh) return NULL;
+  b8_conv2d_s8_pack_filter(filter_dims, groups, filter, fresh);
+  const int8_t* expected = NULL;
+  /* Two threads may pack at once: one copy wins and lives as long as the library. */
+  if (!__atomic_compare_exchange_n(cache, &expected, (const int8_t*)fresh, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    free(fresh);
+    return expected;
+  }
+  return fresh;
+}
+
+/* The share of `total` output pixels for one task: whole 8-pixel tiles. */
+static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
+  const int32_t share = ((total + num_task - 1) / num_task + 7) / 8 * 8;
+  b8_pixels pixels;
+  pixels.begin = task_id * share;
+  pixels.end = (task_id + 1) * share < total ? (task_id + 1) * share : total;
+  return pixels;
+}
+
+static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  const b8_conv_job* job = (const b8_conv_job*)data;
+  const b8_dims* out = job->output_dims;
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
+  if (pixels.begin >= pixels.end) return 0;
+  if (job->depthwise)
+    return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->filter_dims,
+                                  job->filter, job->bias, job->output_dims, job->output, &pixels) == B8_OK ? 0 : -1;
+  /* Each task its own scratch, sized for the kernels compiled in. */
+  int8_t* scratch = (int8_t*)malloc((size_t)b8_conv2d_s8_scratch_size(job->filter_dims));
+  if (!scratch) return -1;
+  b8_status status = b8_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->input_nonnegative,
+                                  job->filter_dims, job->filter, job->bias, job->output_dims, job->output,
+                                  &pixels, scratch);
+  free(scratch);
+  return status == B8_OK ? 0 : -1;
+}
+
+B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch) {
+  (void)scratch;
+  return TVMBackendParallelLaunch(b8_conv_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+}
+
+/* An add, split in chunks of whole cache lines. */
+static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  const b8_add_job* job = (const b8_add_job*)data;
+  const int32_t share = ((job->size + env->num_task - 1) / env->num_task + 63) / 64 * 64;
+  const int32_t begin = task_id * share;
+  const int32_t end = begin + share < job->size ? begin + share : job->size;
+  if (begin >= end) return 0;
+  return b8_add_s8(job->params, end - begin, job->input1 + begin, job->input2 + begin, job->output + begin) ==
+                 B8_OK ? 0 : -1;
+}
+
+B8_API b8_status b8_model_add(const b8_add_job* job) {
+  return TVMBackendParallelLaunch(b8_add_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+}
+
+static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  const b8_max_pool_job* job = (const b8_max_pool_job*)data;
+  const b8_dims* out = job->output_dims;
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
+  if (pixels.begin >= pixels.end) return 0;
+  return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, out, job->output, &pixels) == B8_OK ? 0 : -1;
+}
+
+B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job) {
+  return TVMBackendParallelLaunch(b8_max_pool_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+}
+
+/* The DLTensor behind an argument, which arrives as a raw DLTensor pointer or a Tensor object. */
+static DLTensor* b8_tensor_arg(const TVMFFIAny* arg) {
+  if (arg->type_index == kTVMFFIDLTensorPtr) return (DLTensor*)arg->v_ptr;
+  if (arg->type_index == kTVMFFITensor) return (DLTensor*)((char*)arg->v_obj + sizeof(TVMFFIObject));
+  return NULL;
+}
+
+/* A compact CPU tensor of the region's dtype and shape for argument i, or NULL with the error
+ * set (naming the region and the argument). */
+static void* b8_checked_data(const b8_region* region, const TVMFFIAny* arg, int32_t i) {
+  char name[32], message[512];
+  const int32_t ndim = region->ndim[i], is_int8 = region->is_int8[i];
+  const int64_t* shape = region->shape[i];
+  if (i < region->num_inputs)
+    snprintf(name, sizeof name, "input %d", (int)i);
+  else
+    snprintf(name, sizeof name, "output %d", (int)(i - region->num_inputs));
+  DLTensor* t = b8_tensor_arg(arg);
+  if (!t) {
+    snprintf(message, sizeof message, "%s: argument %s is not a tensor (type index %d)", region->name, name,
+             (int)arg->type_index);
+    b8_fail(message);
+    return NULL;
+  }
+  if (t->dtype.code != (is_int8 ? kDLInt : kDLFloat) || t->dtype.bits != (is_int8 ? 8 : 32) || t->dtype.lanes != 1) {
+    snprintf(message, sizeof message, "%s: %s must be %s (dtype code %d, %d bits)", region->name, name,
+             is_int8 ? "int8" : "float32", (int)t->dtype.code, (int)t->dtype.bits);
+    b8_fail(message);
+    return NULL;
+  }
+  if (t->device.device_type != kDLCPU) {
+    snprintf(message, sizeof message, "%s: %s must be on the CPU", region->name, name);
+    b8_fail(message);
+    return NULL;
+  }
+  int ok = t->ndim == ndim;
+  int64_t expected_stride = 1;
+  for (int32_t d = ndim - 1; ok && d >= 0; --d) {
+    ok = t->shape[d] == shape[d] && (!t->strides || t->shape[d] == 1 || t->strides[d] == expected_stride);
+    expected_stride *= shape[d];
+  }
+  if (!ok) {
+    int n = snprintf(message, sizeof message, "%s: %s must be a compact tensor of shape (", region->name, name);
+    for (int32_t d = 0; d < ndim && n < 400; ++d)
+      n += snprintf(message + n, sizeof message - n, d ? ", %lld" : "%lld", (long long)shape[d]);
+    snprintf(message + n, sizeof message - n, ")");
+    b8_fail(message);
+    return NULL;
+  }
+  return (char*)t->data + t->byte_offset;
+}
+
+/* The body of every region's __tvm_ffi_<symbol>. */
+static int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
+  char message[512];
+  enum { B8_MAX_ARGS = 64 };
+  void* tensors[B8_MAX_ARGS];
+  const int32_t count = region->num_inputs + region->num_outputs;
+  if (!b8_cpu_supported()) {
+    snprintf(message, sizeof message, "%s: compiled for instructions (%s) this CPU does not have", region->name,
+             region->simd);
+    return b8_fail(message);
+  }
+  if (num_args != count || count > B8_MAX_ARGS) {
+    snprintf(message, sizeof message, "%s: expected %d inputs and %d outputs", region->name,
+             (int)region->num_inputs, (int)region->num_outputs);
+    return b8_fail(message);
+  }
+  for (int32_t i = 0; i < count; ++i)
+    if (!(tensors[i] = b8_checked_data(region, &args[i], i))) return -1;
+  int8_t* arena = (int8_t*)aligned_alloc(64, (size_t)region->arena_bytes);
+  if (!arena) {
+    snprintf(message, sizeof message, "%s: out of memory (%lld bytes)", region->name, (long long)region->arena_bytes);
+    return b8_fail(message);
+  }
+  int32_t where = 0;
+  const int status = region->run((const void* const*)tensors, tensors + region->num_inputs, arena, 0, &where);
+  free(arena);
+  if (status != B8_MODEL_OK) {
+    if (status == B8_MODEL_NONFINITE_INPUT)
+      snprintf(message, sizeof message, "%s: input %d contains NaN or infinity", region->name, (int)where);
+    else
+      snprintf(message, sizeof message, "%s: %s: %s", region->name,
+               where >= 0 && where < region->num_nodes ? region->node_labels[where] : "?",
+               status == B8_MODEL_OUT_OF_MEMORY ? "out of memory for the filter" : "kernel refused its arguments");
+    return b8_fail(message);
+  }
+  if (result) {
+    result->type_index = kTVMFFINone;
+    result->zero_padding = 0;
+    result->v_int64 = 0;
+  }
+  return 0;
+}
