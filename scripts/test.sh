@@ -3,6 +3,18 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
+# The standalone C export is checked with clang, and on aarch64 / riscv64 under qemu.
+MISSING=""
+for tool in clang aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64; do
+  command -v "$tool" > /dev/null || MISSING=1
+done
+if [ -n "$MISSING" ]; then
+  echo "installing clang, cross compilers and qemu-user (apt-get)..." >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update > /dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends clang gcc-aarch64-linux-gnu \
+    libc6-dev-arm64-cross gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user > /dev/null
+fi
 cmake -S "$ROOT" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build "$ROOT/build" -j 2 > /dev/null
 (cd "$ROOT/build" && ctest --output-on-failure)
