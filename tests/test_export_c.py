@@ -3,6 +3,7 @@ library bit for bit, built by gcc and clang with -Werror -pedantic, and under qe
 riscv64 (the README's test set-up installs the cross compilers and qemu)."""
 
 import ctypes
+import json
 import re
 import shutil
 import subprocess
@@ -132,3 +133,43 @@ def test_export_refuses_a_model_with_host_ops(tmp_path):
     with pytest.raises(ExportError, match=r"(?s)1 run on the host:.*relax\.nn\.layer_norm"):
         export_c(compiled, tmp_path, calibration[:1])
     assert not (tmp_path / "model.c").exists()
+
+
+def test_layer_vectors_name_the_first_layer_with_an_injected_fault(tmp_path):
+    """Bring-up: the vectors of every kernel call; a one-byte fault in one layer's weights of the
+    exported C is found at that layer by test_model --layers."""
+    from byoc_int8 import reference
+    from byoc_int8.vectors import write_layer_vectors
+
+    model, calibration, golden = _workload("digits")
+    compiled = compile_model(model, calibration)
+    export_c(compiled, tmp_path / "c", golden)
+    ((symbol, qgraph),) = reference.quantized_regions(compiled.module).items()
+    manifest = json.loads(write_layer_vectors(symbol, qgraph, golden[0][None], tmp_path / "vectors").read_text())
+    calls = manifest["calls"]
+    assert len(calls) == len(qgraph.nodes) and calls[0]["op"] == "conv2d"
+    assert (tmp_path / "vectors" / calls[0]["params"]["file"]).exists()
+    last = np.load(tmp_path / "vectors" / calls[-1]["output"]["file"])
+    assert last.tobytes() == (tmp_path / "vectors" / calls[-1]["output"]["raw"]).read_bytes()
+    # The last call's output is the model's int8 output for that input.
+    expected, scale = compiled.run_reference(golden[0][None])
+    zero_point = qgraph.quants[qgraph.graph.outputs[0]].zero_point
+    np.testing.assert_array_equal(last.reshape(-1), np.rint(expected.reshape(-1) / np.float32(scale)) + zero_point)
+
+    binary = tmp_path / "c" / "test_model"
+    subprocess.run(["gcc", *STRICT, *_sources(tmp_path / "c"), "-lm", "-o", str(binary)], check=True)
+    clean = subprocess.run([str(binary), "--layers", str(tmp_path / "vectors")], capture_output=True, text=True)
+    assert clean.returncode == 0 and f"layers: {len(calls)} of {len(calls)} checked, all equal" in clean.stdout
+
+    # Corrupt one weight byte of the third convolution (a layer in the middle).
+    faulty = [c["index"] for c in calls if c["op"] == "conv2d"][2]
+    model_c = (tmp_path / "c" / "model.c").read_text()
+    name = f"{symbol}_n{faulty}_weight"
+    head, rest = model_c.split(f"{name}[", 1)
+    size, values = rest.split("] = {", 1)
+    first, tail = values.split(",", 1)
+    (tmp_path / "c" / "model.c").write_text(f"{head}{name}[{size}] = {{{(int(first) + 100 + 128) % 256 - 128},{tail}")
+    subprocess.run(["gcc", *STRICT, *_sources(tmp_path / "c"), "-lm", "-o", str(binary)], check=True)
+    found = subprocess.run([str(binary), "--layers", str(tmp_path / "vectors")], capture_output=True, text=True)
+    assert found.returncode == 1
+    assert re.search(rf"first differing layer: {faulty} \(node {faulty} \(ccompiler\.conv2d\w*\)\), byte \d+", found.stdout), found.stdout

@@ -432,6 +432,9 @@ class RegionEmitter:
                 self._call(index, f"b8_transpose_s8({rank}, shape{i}, perm{i}, {buffers[i]}, {buffers[i + 1]})")
         else:
             raise ValueError(f"no C emitter for op {qn.op}")
+        if self.target == "c99":  # bring-up: the standalone model can hand each layer's output to a hook
+            size = math.prod(self.g.shapes[n.output])
+            self.body.append(f"    if (model_layer_hook) model_layer_hook({index}, {dst}, {size});")
         self.body.append("  }")
 
     def _interface_shape(self, value: int) -> tuple[int, ...]:
