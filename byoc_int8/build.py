@@ -17,17 +17,24 @@ from . import codegen  # noqa: F401  (registers relax.ext.ccompiler)
 HOST_TARGET = {"kind": "llvm"}
 
 
-def build(mod: tvm.IRModule, target: dict | None = None, simd: str | None = None) -> tvm.relax.VMExecutable:
+def build(mod: tvm.IRModule, target: dict | None = None, simd: str | None = None,
+          kernels: str = "builtin") -> tvm.relax.VMExecutable:
     """Run the external codegen and compile the host program. `simd` picks the kernel
-    implementation ("avx512vnni", "avx2", "portable"; default: the fastest this machine runs)."""
-    options = {"ccompiler": {"simd": simd}} if simd else None
-    mod = relax.transform.RunCodegen(options)(mod)
+    implementation ("avx512vnni", "avx2", "portable"; default: the fastest this machine runs);
+    `kernels` "external" leaves the kernels to a library linked at export."""
+    options = {key: value for key, value in (("simd", simd), ("kernels", kernels)) if value}
+    mod = relax.transform.RunCodegen({"ccompiler": options})(mod)
     return tvm.compile(mod, target=tvm.target.Target(target or HOST_TARGET))
 
 
-def export(executable, path: str | os.PathLike) -> str:
+def export(executable, path: str | os.PathLike, link_options: list[str] | tuple[str, ...] = ()) -> str:
+    """Write the shared library; `link_options` go to the compiler (an external kernel library's
+    ``-I``, ``-L``, ``-l`` and ``-Wl,-rpath`` flags)."""
     path = os.fspath(path)
-    executable.export_library(path)
+    if link_options:
+        executable.export_library(path, options=list(link_options))
+    else:
+        executable.export_library(path)
     return path
 
 

@@ -89,6 +89,8 @@ def compile_model(
     simd: str | None = None,
     number_format: NumberFormat | None = None,
     profile: str | os.PathLike | Profile | None = None,
+    kernels: str = "builtin",
+    link_options: Sequence[str] = (),
     **calibration_options,
 ) -> CompiledModel:
     """Compile a float PyTorch model into one int8 shared library.
@@ -105,6 +107,8 @@ def compile_model(
     the profile's).
     `profile`: the accelerator's ops, numbers and limits (a built-in name, a TOML file or a
     ``profiles.Profile``; default ``x86-sim``, everything).
+    `kernels` "external": the library calls a kernel library linked with `link_options` (its
+    ``-I``, ``-L``, ``-l`` flags) instead of the built-in kernels (docs/vendor.md).
     """
     profile = load_profile(profile)
     number_format = number_format or profile.number_format
@@ -122,21 +126,21 @@ def compile_model(
     calibrated = calibrate(parted.mod, calibration_data, method=method, progress=progress,
                            number_format=number_format, **calibration_options)
     stages.update()
-    compiled = _build(calibrated, parted.host_ops, ops_total, output_path, simd, start)
+    compiled = _build(calibrated, parted.host_ops, ops_total, output_path, simd, start, kernels, link_options)
     stages.update()
     stages.close()
     return compiled
 
 
 def _build(mod: tvm.IRModule, host_ops: list, ops_total: int, output_path, simd: str | None,
-           start: float) -> CompiledModel:
+           start: float, kernels: str = "builtin", link_options: Sequence[str] = ()) -> CompiledModel:
     """Codegen, host compile and export of a partitioned module whose regions are ready to
     quantize (calibrated, or carrying a model's own encodings)."""
-    executable = build.build(mod, simd=simd)
+    executable = build.build(mod, simd=simd, kernels=kernels)
     scratch = tempfile.TemporaryDirectory(prefix="byoc_int8_") if output_path is None else None
     if scratch is not None:
         output_path = os.path.join(scratch.name, "model.so")
-    build.export(executable, output_path)
+    build.export(executable, output_path, link_options)
     return CompiledModel(
         library_path=os.fspath(output_path),
         module=mod,

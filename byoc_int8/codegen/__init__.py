@@ -2,7 +2,8 @@
 
 Importing this package registers ``relax.ext.ccompiler``, which ``relax.transform.RunCodegen``
 calls with every function annotated ``Codegen="ccompiler"``. Option ``simd`` ("avx512vnni",
-"avx2" or "portable"; default: the fastest this machine runs) selects the kernels compiled in.
+"avx2" or "portable"; default: the fastest this machine runs) selects the kernels compiled in;
+option ``kernels`` "external" leaves them out, for a kernel library linked at export.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ def ccompiler_codegen(functions, options, constant_names):
         regions.append((symbol, quantized_region(symbol, func)))
     if not regions:
         return []
-    # RunCodegen(target_options={"ccompiler": {"simd": "portable"}}) picks the kernels.
+    # RunCodegen(target_options={"ccompiler": {"simd": "portable", "kernels": "external"}}) picks the kernels.
     simd = str(options["simd"]) if options is not None and "simd" in options else None
-    source = emit_module(regions, simd)
+    kernels = str(options["kernels"]) if options is not None and "kernels" in options else "builtin"
+    source = emit_module(regions, simd, kernels)
     create = tvm_ffi.get_global_func("runtime.CSourceModuleCreate")
     return [create(source, "c", [symbol for symbol, _ in regions], [])]

@@ -38,10 +38,21 @@ def kernel_files() -> list[Path]:
     return files + [RUNTIME_C / "src" / name for name in KERNEL_FILES]
 
 
-def runtime_source() -> str:
+KERNEL_SOURCES = ("builtin", "external")
+
+
+def runtime_source(kernels: str = "builtin") -> str:
     """The kernels, the model header and the TVM adapter as one block of text, with the local
-    includes (pasted here in order) removed."""
-    files = kernel_files() + [RUNTIME_C / "include" / "byoc_int8_model.h", RUNTIME_C / "tvm" / "tvm_adapter.c"]
+    includes (pasted here in order) removed. With `kernels` "external", the kernels are a
+    library's (a vendor's, linked at export): only their header is included."""
+    adapter = [RUNTIME_C / "include" / "byoc_int8_model.h", RUNTIME_C / "tvm" / "tvm_adapter.c"]
+    if kernels == "external":
+        return '#include "byoc_int8.h"\n' + "\n".join(
+            line for path in adapter for line in path.read_text().splitlines()
+            if not (line.startswith('#include "') and line.endswith('.h"')))
+    if kernels != "builtin":
+        raise ValueError(f"unknown kernels {kernels!r}; choose from {', '.join(KERNEL_SOURCES)}")
+    files = kernel_files() + adapter
     return "\n".join(
         line
         for path in files
@@ -63,9 +74,10 @@ PRELUDE = """\
 #include <string.h>
 #include <tvm/ffi/c_api.h>
 #include <tvm/runtime/c_backend_api.h>
-
-#define B8_API static
 """
+
+# Pasted kernels are private to the module, so that two modules loaded into one process cannot clash.
+PASTED_KERNELS = "#define B8_API static\n"
 
 SIMD_PRELUDE = {
     "portable": "#define B8_USE_AVX2 0\n",
@@ -537,12 +549,20 @@ class RegionEmitter:
 ROUNDING_MACROS = {"single": "B8_ROUND_SINGLE", "tflite": "B8_ROUND_TFLITE", "single-away": "B8_ROUND_SINGLE_AWAY"}
 
 
-def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None) -> str:
+def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None, kernels: str = "builtin") -> str:
     """The whole C translation unit for a list of (symbol, quantized region).
 
     `simd` selects the kernel implementation compiled in: "avx512vnni", "avx2" or "portable"
     (default: the fastest this machine runs). The kernels are compiled in the regions' rounding,
-    which must be one for the whole module."""
+    which must be one for the whole module. `kernels` "external": the calls go to a kernel
+    library linked at export (``byoc_int8.h`` is the contract; docs/vendor.md), built in the
+    model's rounding; `simd` then only names it."""
+    if kernels == "external":
+        parts = [PRELUDE, runtime_source("external")]
+        for symbol, q in regions:
+            emitter = RegionEmitter(symbol, q, "external", "tvm")
+            parts += [emitter.emit(), emitter.tvm_entry()]
+        return "\n".join(parts)
     simd = simd or default_simd()
     if simd not in SIMD_PRELUDE:
         raise ValueError(f"unknown kernel implementation {simd!r}; choose from {sorted(SIMD_PRELUDE)}")
@@ -550,7 +570,7 @@ def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None) -> s
     if len(roundings) != 1:
         raise ValueError(f"one module needs one rounding; its regions use {sorted(roundings)}")
     rounding = f"#define B8_ROUNDING {ROUNDING_MACROS[roundings.pop()]}\n"
-    parts = [PRELUDE, SIMD_PRELUDE[simd], rounding, runtime_source()]
+    parts = [PRELUDE, PASTED_KERNELS, SIMD_PRELUDE[simd], rounding, runtime_source()]
     for symbol, q in regions:
         emitter = RegionEmitter(symbol, q, simd, "tvm")
         parts += [emitter.emit(), emitter.tvm_entry()]
