@@ -74,10 +74,24 @@ def load_split() -> DigitsSplit:
 
 
 def train(epochs: int = 40, seed: int = 0) -> DigitsResNet:
-    """Deterministic training (one thread, fixed seeds, deterministic algorithms)."""
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    """Deterministic training (one thread, fixed seeds, deterministic algorithms). Torch's thread
+    count, deterministic-algorithms mode and global random state are restored afterwards, also
+    when training fails."""
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            torch.set_num_threads(1)
+            torch.use_deterministic_algorithms(True)
+            return _train(epochs, seed)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def _train(epochs: int, seed: int) -> DigitsResNet:
     split = load_split()
     model = DigitsResNet()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)

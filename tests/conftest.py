@@ -5,64 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kernel_calls
+# The ctypes side of the kernels lives in kernel_calls (shared with benchmarks/fuzz_kernels.py);
+# the names are re-exported here for the tests that import them from conftest.
+from kernel_calls import (  # noqa: F401
+    AddParams, ConvParams, Dims, DoubleRequantParams, MulParams, Pixels, PoolParams, RequantParams, ptr,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Dims(ctypes.Structure):
-    _fields_ = [("n", ctypes.c_int32), ("h", ctypes.c_int32), ("w", ctypes.c_int32), ("c", ctypes.c_int32)]
-
-
-class RequantParams(ctypes.Structure):
-    _fields_ = [
-        ("multiplier", ctypes.POINTER(ctypes.c_int32)),
-        ("shift", ctypes.POINTER(ctypes.c_int32)),
-        ("act_min", ctypes.c_int32),
-        ("act_max", ctypes.c_int32),
-        ("output_zero_point", ctypes.c_int32),
-    ]
-
-
-class ConvParams(ctypes.Structure):
-    _fields_ = [
-        (n, ctypes.c_int32)
-        for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w", "groups", "pad_value")
-    ]
-
-
-class PoolParams(ctypes.Structure):
-    _fields_ = [
-        (n, ctypes.c_int32)
-        for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w")
-    ]
-
-
-class AddParams(ctypes.Structure):
-    _fields_ = [
-        (n, ctypes.c_int32)
-        for n in (
-            "left_shift",
-            "input1_multiplier",
-            "input1_shift",
-            "input2_multiplier",
-            "input2_shift",
-            "output_multiplier",
-            "output_shift",
-            "act_min",
-            "act_max",
-            "input1_zero_point",
-            "input2_zero_point",
-            "output_zero_point",
-        )
-    ]
-
-
-def ptr(array: np.ndarray, ctype):
-    assert array.flags["C_CONTIGUOUS"]
-    return array.ctypes.data_as(ctypes.POINTER(ctype))
-
-
-class Pixels(ctypes.Structure):
-    _fields_ = [("begin", ctypes.c_int32), ("end", ctypes.c_int32)]
 
 
 @pytest.fixture(scope="session")
@@ -74,30 +24,28 @@ def kernel_build() -> Path:
     return build
 
 
-def _runnable_variants() -> list[str]:
-    """Kernel builds this CPU can execute (CMake builds all three everywhere)."""
-    from byoc_int8.codegen.emit_c import cpu_flags
+def missing_cpu_features(variant: str) -> set[str]:
+    """The CPU features (as /proc/cpuinfo spells them) a kernel build needs and this CPU lacks."""
+    from byoc_int8.codegen.emit_c import SIMD_FLAGS, cpu_flags
 
-    flags = cpu_flags()
-    variants = ["portable"]
-    if "avx2" in flags:
-        variants.append("avx2")
-    if {"avx512_vnni", "avx512vl", "avx512bw"} <= flags:
-        variants.append("avx512vnni")
-    return variants
+    return SIMD_FLAGS[variant] - cpu_flags()
 
 
-KERNEL_BUILDS = [(variant, rounding) for variant in _runnable_variants() for rounding in ("single", "tflite", "single-away")]
+# Every kernel build CMake makes, runnable here or not: one this CPU cannot run is reported as a
+# skipped test that names the missing instructions, so a green run says what it did not test.
+KERNEL_BUILDS = [(variant, rounding) for variant in kernel_calls.VARIANTS for rounding in kernel_calls.ROUNDINGS]
 
 
 @pytest.fixture(scope="session", params=KERNEL_BUILDS, ids=[f"{v}-{r}" for v, r in KERNEL_BUILDS])
 def kernels(request, kernel_build) -> ctypes.CDLL:
     """Each implementation of the kernels in each rounding in turn: every kernel test runs against
-    each. `kernels.rounding` names the rounding it was compiled with (qarith.ROUNDINGS)."""
+    each. `kernels.rounding` names the rounding it was compiled with (qarith.ROUNDINGS),
+    `kernels.variant` the implementation (portable, avx2, avx512vnni)."""
     variant, rounding = request.param
-    lib = ctypes.CDLL(str(kernel_build / f"libbyoc_int8_kernels_{variant}_{rounding.replace('-', '_')}.so"))
-    lib.rounding = rounding
-    return lib
+    missing = missing_cpu_features(variant)
+    if missing:
+        pytest.skip(f"the {variant} kernels are not tested: this CPU lacks {', '.join(sorted(missing))}")
+    return kernel_calls.load(kernel_calls.library_path(kernel_build, variant, rounding), variant, rounding)
 
 
 def assert_one_int8_region(model, input_shape: tuple[int, ...], min_cosine: float = 0.999) -> dict:

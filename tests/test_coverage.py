@@ -129,20 +129,33 @@ def test_real_networks_run_all_int8(name):
     assert report["cosine_vs_float"] >= 0.999
 
 
+class OddAdd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 3, 3), nn.Conv2d(3, 3, 3)
+
+    def forward(self, x):
+        # 3 x 1 x 43 = 129 values: 2 x 64 + 1, the case a chunk rounding can drop; one row.
+        return torch.relu(self.a(x) + self.b(x))
+
+
 def test_work_split_over_threads_covers_odd_sizes():
-    """Adds and convolutions whose sizes do not divide among the pool's threads (the test command
-    runs with TVM_NUM_THREADS=2) stay bit-exact: no element is skipped or written twice."""
+    """Adds and convolutions whose sizes do not divide among the pool's threads stay bit-exact:
+    no element is skipped or written twice. Run in a fresh process with TVM_NUM_THREADS=2,
+    whatever the test command's environment says (TVM sizes its pool once per process; left to
+    itself it may pick one thread), and that process checks that TVM's pool has two threads, so
+    that every parallel launch of the generated code (num_task 0: one task per pool thread) ran
+    two tasks."""
     import os
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    assert os.environ.get("TVM_NUM_THREADS", "2") != "1"
-
-    class OddAdd(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Conv2d(3, 3, 3), nn.Conv2d(3, 3, 3)
-
-        def forward(self, x):
-            # 3 x 1 x 43 = 129 values: 2 x 64 + 1, the case a chunk rounding can drop; one row.
-            return torch.relu(self.a(x) + self.b(x))
-
-    check_all_int8(OddAdd(), (1, 3, 3, 45))
+    script = (
+        "import tvm, test_coverage\n"
+        "test_coverage.check_all_int8(test_coverage.OddAdd(), (1, 3, 3, 45))\n"
+        "threads = tvm.get_global_func('runtime.NumThreads')()\n"
+        "assert threads == 2, f'TVM runs {threads} thread(s)'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, check=True,
+                   env={**os.environ, "TVM_NUM_THREADS": "2"})

@@ -1,18 +1,20 @@
 """Every C kernel against the integer reference, bit for bit, over randomized cases, in every
 kernel build and rounding (the `kernels` fixture) with and without zero points."""
 
-import ctypes
-
 import numpy as np
 import pytest
 
-from byoc_int8 import layout, qarith, reference
-from byoc_int8.graph import Node
-from byoc_int8.quantize import QNode
-from conftest import AddParams, ConvParams, Dims, PoolParams, RequantParams, Pixels, ptr
+import kernel_calls
+from byoc_int8 import layout, qarith
 
-i8, i32 = ctypes.c_int8, ctypes.c_int32
 SEEDS = range(40)
+
+
+def assert_matches(kernels, kernel: str, case: dict) -> np.ndarray:
+    """The C kernel equals the integer reference on the case; returns the reference's output."""
+    problem = kernel_calls.check(kernels, kernel, case)
+    assert problem is None, f"{kernels.variant}-{kernels.rounding} {kernel}: {problem}"
+    return kernel_calls.expected(kernel, case, kernels.rounding)[1]
 
 
 def random_requant(rng, channels, terms=1):
@@ -41,17 +43,13 @@ def random_act(rng, zero_point=0):
     return (zero_point, 127) if rng.random() < 0.5 else (-128, 127)
 
 
-def requant_params(multiplier, shift, act, zero_point=0):
-    return RequantParams(ptr(multiplier, i32), ptr(shift, i32), *act, zero_point)
-
-
 def out_size(size, pad_before, pad_after, kernel, stride, dilation):
     return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def random_conv_geometry(rng):
+def random_conv_geometry(rng, tall=False):
     n, h, w = rng.integers(1, 3), rng.integers(1, 10), rng.integers(1, 10)
-    kh, kw = rng.integers(1, 4), rng.integers(1, 4)
+    kh, kw = (rng.integers(17, 19) if tall else rng.integers(1, 4)), rng.integers(1, 4)
     sh, sw = rng.integers(1, 4), rng.integers(1, 4)
     dh, dw = rng.integers(1, 3), rng.integers(1, 3)
     pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right
@@ -62,55 +60,72 @@ def random_conv_geometry(rng):
         pad[3] += dw * kw
         oh = out_size(h, pad[0], pad[2], kh, sh, dh)
         ow = out_size(w, pad[1], pad[3], kw, sw, dw)
-    return n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow
+    return int(n), int(h), int(w), int(kh), int(kw), int(sh), int(sw), int(dh), int(dw), pad, int(oh), int(ow)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("kind", ["dense", "grouped", "depthwise"])
-def test_conv2d(kernels, seed, kind):
-    """Plain, grouped and depthwise (with channel multiplier) convolutions."""
-    rng = np.random.default_rng(seed)
-    n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow = random_conv_geometry(rng)
-    groups = 1 if kind == "dense" else int(rng.integers(2, 5))
-    group_in = 1 if kind == "depthwise" else int(rng.integers(1, 5))
-    group_out = int(rng.integers(1, 4))
+# Channel counts that fill and straddle the SIMD tiles (16 channels for AVX2, 32 for AVX-512 VNNI)
+# and input channel counts that make rows of whole 4-byte steps (read in place) or not (gathered).
+TILE_CHANNELS = [1, 3, 8, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 63, 64, 65, 96]
+TILE_INPUTS = [1, 3, 4, 8, 15, 16, 17, 31, 32, 33, 64]
+
+
+def random_conv_case(rng, kind):
+    """A convolution case for kernel_calls: plain (groups 1, channel counts around whole tiles,
+    every fifth one with a kernel taller than the tile reads in place), grouped, or depthwise
+    with a channel multiplier; pixel counts over several tiles, split in two shares as two
+    threads run them."""
+    n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow = random_conv_geometry(rng, tall=kind == "dense" and rng.random() < 0.2)
+    if kind == "dense":
+        groups, group_in, group_out = 1, int(rng.choice(TILE_INPUTS)), int(rng.choice(TILE_CHANNELS))
+    else:
+        groups = int(rng.integers(2, 5))
+        group_in = 1 if kind == "depthwise" else int(rng.integers(1, 5))
+        group_out = int(rng.integers(1, 4))
     cin, cout = groups * group_in, groups * group_out
     nonnegative = bool(rng.integers(0, 2))  # as after a relu: the AVX2 path skips its sign trick
     x = rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8)
     weight = rng.integers(-127, 128, (cout, kh, kw, group_in), dtype=np.int8)  # OHWI
     if kind == "depthwise":
         weight = np.ascontiguousarray(weight.transpose(3, 1, 2, 0))  # (1, KH, KW, O)
-    bias = rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32)
     multiplier, shift = random_requant(rng, cout, kh * kw * group_in)
-    z_in, z_out = random_zero_point(rng), random_zero_point(rng, output=True)
-    act = random_act(rng, z_out)
-
-    attrs = {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "groups": groups}
-    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift, "input_zero_point": z_in,
-              "output_zero_point": z_out, "act_min": act[0], "act_max": act[1], "depthwise": kind == "depthwise"}
-    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params, kernels.rounding), (n, cout, oh, ow))
-
-    out = np.zeros((n, oh, ow, cout), np.int8)
-    conv = ConvParams(sh, sw, pad[0], pad[1], dh, dw, groups, z_in)
-    head = (ctypes.byref(conv), ctypes.byref(requant_params(multiplier, shift, act, z_out)),
-            ctypes.byref(Dims(n, h, w, cin)), ptr(x, i8))
-    filter_dims = ctypes.byref(Dims(*weight.shape))
-    tail = (ptr(bias, i32), ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8))
-    # Work split in two pixel ranges, as two threads would run it.
+    z_out = random_zero_point(rng, output=True)
     split = int(rng.integers(0, n * oh * ow + 1))
-    for rows in (Pixels(0, split), Pixels(split, n * oh * ow)):
-        if kind == "depthwise":
-            status = kernels.b8_depthwise_conv2d_s8(*head, filter_dims, ptr(weight, i8), *tail, ctypes.byref(rows))
-        else:
-            packed = np.zeros(kernels.b8_conv2d_s8_packed_size(filter_dims, groups), np.int8)
-            kernels.b8_conv2d_s8_pack_filter(filter_dims, groups, ptr(weight, i8), ptr(packed, i8))
-            scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
-            status = kernels.b8_conv2d_s8(*head, int(nonnegative), filter_dims, ptr(packed, i8), *tail,
-                                          ctypes.byref(rows), ptr(scratch, i8))
-        assert status == 0
-    np.testing.assert_array_equal(out, expected)
+    return {"x": x, "weight": weight, "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
+            "multiplier": multiplier, "shift": shift, "groups": groups, "strides": (sh, sw), "padding": tuple(pad[:2]),
+            "dilation": (dh, dw), "out_hw": (oh, ow), "pad_value": random_zero_point(rng), "output_zero_point": z_out,
+            "act": random_act(rng, z_out), "nonnegative": nonnegative, "pixels": [(0, split), (split, n * oh * ow)],
+            "fill": 0}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", ["dense", "grouped", "depthwise"])
+def test_conv2d(kernels, seed, kind):
+    """Plain, grouped and depthwise (with channel multiplier) convolutions."""
+    case = random_conv_case(np.random.default_rng(seed), kind)
+    expected = assert_matches(kernels, "depthwise_conv2d" if kind == "depthwise" else "conv2d", case)
     # Outputs must not be all saturated: the case has to exercise the arithmetic.
     assert expected.size < 64 or len(np.unique(expected)) > 3
+
+
+# Every path of the SIMD convolutions (kernel_calls.conv2d_paths reads them off as conv2d_s8.c
+# chooses them).
+SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "patch tail", "tall kernel", "whole pixel tile",
+              "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
+              "several channel tiles", "epilogue x8", "epilogue scalar"}
+
+
+@pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
+def test_conv2d_cases_reach_every_simd_path(variant):
+    """The plain convolutions above and the epilogue cases below, together, take every path of
+    each SIMD convolution; the grouped and depthwise ones have only the portable code."""
+    reached = set()
+    for seed in SEEDS:
+        reached |= kernel_calls.conv2d_paths(random_conv_case(np.random.default_rng(seed), "dense"), variant)
+        assert kernel_calls.conv2d_paths(random_conv_case(np.random.default_rng(seed), "grouped"), variant) == {"portable"}
+    for seed in EPILOGUE_SEEDS:
+        reached |= kernel_calls.conv2d_paths(epilogue_case(seed), variant)
+    expected = SIMD_PATHS | ({"epilogue x16"} if variant == "avx512vnni" else set())
+    assert reached == expected, expected ^ reached
 
 
 def test_conv2d_cases_reach_the_int8_limits():
@@ -125,28 +140,52 @@ def test_conv2d_cases_reach_the_int8_limits():
     assert {-128, 127} <= hits
 
 
+def random_max_pool_case(rng):
+    """Windows up to 3x3, dilated (half the cases) or not, padding within the window's span, and
+    outputs now and then past the last window that reaches the input (such windows read only
+    padding)."""
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    dh, dw = (1, 1) if rng.random() < 0.5 else (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(1, 12)), int(rng.integers(1, 12)), int(rng.integers(1, 9))
+    sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    pad = [int(rng.integers(0, (kh - 1) * dh + 1)), int(rng.integers(0, (kw - 1) * dw + 1))]
+    oh = max(1, out_size(h, pad[0], pad[0], kh, sh, dh)) + int(rng.integers(0, 2))
+    ow = max(1, out_size(w, pad[1], pad[1], kw, sw, dw)) + int(rng.integers(0, 2))
+    split = int(rng.integers(0, n * oh * ow + 1))  # two threads' shares
+    return {"x": rng.integers(-128, 128, (n, h, w, c), dtype=np.int8), "kernel": (kh, kw), "strides": (sh, sw),
+            "padding": tuple(pad), "dilation": (dh, dw), "out_hw": (oh, ow),
+            "pixels": [(0, split), (split, n * oh * ow)], "fill": 0}
+
+
+def padding_only_windows(case) -> int:
+    """How many output pixels of a max pool case have no tap inside the input."""
+    x = case["x"]
+    inside = np.ones((1, *x.shape[1:3], 1), np.int8)
+    covered = kernel_calls.expected("max_pool2d", {**case, "x": inside - 1, "pixels": None}, "single")[1]
+    return int((covered == -128).sum())
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_max_pool2d(kernels, seed):
-    rng = np.random.default_rng(seed)
-    kh, kw = rng.integers(1, 4), rng.integers(1, 4)
-    n, h, w, c = rng.integers(1, 3), rng.integers(kh, 12), rng.integers(kw, 12), rng.integers(1, 9)
-    sh, sw = rng.integers(1, 4), rng.integers(1, 4)
-    pad = [int(rng.integers(0, kh // 2 + 1)), int(rng.integers(0, kw // 2 + 1))]
-    pad += pad
-    oh, ow = out_size(h, pad[0], pad[2], kh, sh, 1), out_size(w, pad[1], pad[3], kw, sw, 1)
-    x = rng.integers(-128, 128, (n, h, w, c), dtype=np.int8)
-    node = Node("max_pool2d", [0], 1, {"pool_size": [kh, kw], "strides": [sh, sw], "padding": pad, "dilation": [1, 1]})
-    expected = reference.max_pool2d(x, QNode(node), (n, c, oh, ow))
-    out = np.zeros((n, oh, ow, c), np.int8)
-    split = int(rng.integers(0, n * oh * ow + 1))  # two threads' shares
-    for share in (Pixels(0, split), Pixels(split, n * oh * ow)):
-        status = kernels.b8_max_pool2d_s8(
-            ctypes.byref(PoolParams(kh, kw, sh, sw, pad[0], pad[1], 1, 1)),
-            ctypes.byref(Dims(n, h, w, c)), ptr(x, i8), ctypes.byref(Dims(n, oh, ow, c)), ptr(out, i8),
-            ctypes.byref(share),
-        )
-        assert status == 0
-    np.testing.assert_array_equal(out, expected)
+    assert_matches(kernels, "max_pool2d", random_max_pool_case(np.random.default_rng(seed)))
+
+
+def test_max_pool2d_cases_have_dilation_and_padding_only_windows():
+    cases = [random_max_pool_case(np.random.default_rng(seed)) for seed in SEEDS]
+    assert sum(max(c["dilation"]) > 1 for c in cases) >= 10
+    assert sum(padding_only_windows(c) > 0 for c in cases) >= 5
+
+
+def test_max_pool2d_window_entirely_in_the_padding_is_the_lowest_code(kernels):
+    """PyTorch's MaxPool2d(2, stride=1, padding=1, dilation=4) on 3x3: the one window's taps are
+    rows and columns -1 and 3, all padding. Kernel and reference both give -128 (TFLite's rule:
+    the maximum over the in-bounds taps, from the lowest code), not an error."""
+    case = {"x": np.full((1, 3, 3, 2), 100, np.int8), "kernel": (2, 2), "strides": (1, 1), "padding": (1, 1),
+            "dilation": (4, 4), "out_hw": (1, 1), "pixels": None, "fill": 0}
+    np.testing.assert_array_equal(assert_matches(kernels, "max_pool2d", case), np.full((1, 1, 1, 2), -128))
+    # Padding 0 instead: the top-left tap is inside, the other three are not.
+    np.testing.assert_array_equal(assert_matches(kernels, "max_pool2d", {**case, "padding": (0, 0)}),
+                                  np.full((1, 1, 1, 2), 100))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -159,20 +198,10 @@ def test_add(kernels, seed):
     act = random_act(rng, z_out)
     a = rng.integers(-128, 128, size, dtype=np.int8)
     b = rng.integers(-128, 128, size, dtype=np.int8)
-    q = QNode(Node("add", [0, 1], 2), {"rescale": rescale, "act_min": act[0], "act_max": act[1],
-                                       "input1_zero_point": z1, "input2_zero_point": z2, "output_zero_point": z_out},
-              kernels.rounding)
-    expected = reference.add(a, b, q)
-    params = AddParams(
-        rescale.left_shift,
-        rescale.input1.multiplier, rescale.input1.shift,
-        rescale.input2.multiplier, rescale.input2.shift,
-        rescale.output.multiplier, rescale.output.shift,
-        *act, z1, z2, z_out,
-    )
-    out = np.zeros(size, np.int8)
-    assert kernels.b8_add_s8(ctypes.byref(params), size, ptr(a, i8), ptr(b, i8), ptr(out, i8)) == 0
-    np.testing.assert_array_equal(out, expected)
+    case = {"a": a, "b": b, "left_shift": rescale.left_shift, "act": act, "zero_points": (z1, z2, z_out),
+            **{k: (f.multiplier, f.shift) for k, f in (("input1", rescale.input1), ("input2", rescale.input2),
+                                                       ("output", rescale.output))}}
+    out = assert_matches(kernels, "add", case)
     # And the integer add tracks the real one to within a couple of output LSBs.
     real = ((a.astype(np.float64) - z1) * s1 + (b.astype(np.float64) - z2) * s2) / s_out + z_out
     inside = (real > act[0] + 1) & (real < act[1] - 1)
@@ -182,63 +211,59 @@ def test_add(kernels, seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_global_avg_pool(kernels, seed):
     rng = np.random.default_rng(seed)
-    n, h, w, c = rng.integers(1, 3), rng.integers(1, 9), rng.integers(1, 9), rng.integers(1, 17)
+    n, h, w, c = (int(d) for d in (rng.integers(1, 3), rng.integers(1, 9), rng.integers(1, 9), rng.integers(1, 17)))
     requant = qarith.quantize_multiplier(float(rng.uniform(0.2, 3.0)) / (h * w))
-    z_in, z_out = random_zero_point(rng), random_zero_point(rng, output=True)
-    x = rng.integers(-128, 128, (n, h, w, c), dtype=np.int8)
-    q = QNode(Node("global_avg_pool2d", [0], 1), {"requant": requant, "input_zero_point": z_in,
-                                                   "output_zero_point": z_out}, kernels.rounding)
-    expected = reference.global_avg_pool2d(x, q, (n, c))
-    out = np.zeros((n, c), np.int8)
-    assert kernels.b8_global_avg_pool_s8(requant.multiplier, requant.shift, z_in, z_out, ctypes.byref(Dims(n, h, w, c)),
-                                         ptr(x, i8), ptr(out, i8)) == 0
-    np.testing.assert_array_equal(out, expected)
+    case = {"x": rng.integers(-128, 128, (n, h, w, c), dtype=np.int8), "multiplier": requant.multiplier,
+            "shift": requant.shift, "input_zero_point": random_zero_point(rng),
+            "output_zero_point": random_zero_point(rng, output=True)}
+    assert_matches(kernels, "global_avg_pool", case)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_dense(kernels, seed):
     rng = np.random.default_rng(seed)
-    batches, depth, units = rng.integers(1, 4), rng.integers(1, 70), rng.integers(1, 20)
-    x = rng.integers(-128, 128, (batches, depth), dtype=np.int8)
-    weight = rng.integers(-127, 128, (units, depth), dtype=np.int8)
-    bias = rng.integers(-(1 << 16), 1 << 16, units).astype(np.int32)
+    batches, depth, units = (int(d) for d in (rng.integers(1, 4), rng.integers(1, 70), rng.integers(1, 20)))
     multiplier, shift = random_requant(rng, units, depth)
     z_out = random_zero_point(rng, output=True)
-    act = random_act(rng, z_out)
-    q = QNode(Node("dense", [0], 1), {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
-                                      "output_zero_point": z_out, "act_min": act[0], "act_max": act[1]}, kernels.rounding)
-    expected = reference.dense(x, q)
-    out = np.zeros((batches, units), np.int8)
-    status = kernels.b8_dense_s8(
-        ctypes.byref(requant_params(multiplier, shift, act, z_out)), int(batches), int(depth), int(units),
-        ptr(x, i8), ptr(weight, i8), ptr(bias, i32), ptr(out, i8),
-    )
-    assert status == 0
-    np.testing.assert_array_equal(out, expected)
+    case = {"x": rng.integers(-128, 128, (batches, depth), dtype=np.int8),
+            "weight": rng.integers(-127, 128, (units, depth), dtype=np.int8),
+            "bias": rng.integers(-(1 << 16), 1 << 16, units).astype(np.int32), "multiplier": multiplier,
+            "shift": shift, "output_zero_point": z_out, "act": random_act(rng, z_out)}
+    assert_matches(kernels, "dense", case)
+
+
+def requantize_grid():
+    """(accumulator, multiplier, shift) over every shift in [-31, 30] and multipliers 2^30,
+    2^31 - 1 and ~2^30.5: accumulators at the int32 limits, random ones, and for each shift the
+    same scaled to land inside int8 there (|acc * M| * 2^(shift - 31) ~ 2^7 needs
+    |acc| ~ 2^(38 - shift - log2 M), i.e. the random ones >> (shift + 23)), and accumulators on
+    and next to the ties of every shift."""
+    rng = np.random.default_rng(7)
+    base = np.concatenate([[-(2**31), 2**31 - 1, 0, 1, -1, 3, -3], rng.integers(-(2**31), 2**31, 100)]).astype(np.int64)
+    ties = np.concatenate([[(1 << k) + d, -(1 << k) + d] for k in range(31) for d in (-1, 0, 1)])
+    ties = ties[(ties >= -(2**31)) & (ties < 2**31)]
+    rows = []
+    for s in range(-31, 31):
+        accs = np.concatenate([base, base >> min(max(s + 23, 0), 31), ties])
+        for m in (1 << 30, (1 << 31) - 1, 1518500250):
+            rows.append(np.stack([accs, np.full_like(accs, m), np.full_like(accs, s)], axis=1))
+    return np.concatenate(rows)
 
 
 def test_requantize_matches_over_the_whole_range(kernels):
     """b8_requantize through a dense layer whose accumulators are its biases (input 0): every shift
     in [-31, 30], multipliers up to 2^31 - 1, accumulators at the int32 limits and ties."""
-    rng = np.random.default_rng(7)
-    accs = np.concatenate([[-(2**31), 2**31 - 1, 0, 1, -1, 3, -3], rng.integers(-(2**31), 2**31, 100)])
-    # Small accumulators too, so that results land inside int8 at every shift, and odd ones next
-    # to the ties of every shift.
-    ties = np.concatenate([[(1 << k) + d, -(1 << k) + d] for k in range(31) for d in (-1, 0, 1)])
-    accs = np.concatenate([accs, accs >> 24, accs >> 30, ties]).astype(np.int64)
-    accs = accs[(accs >= -(2**31)) & (accs < 2**31)]
-    grid = [(a, m, s) for s in range(-31, 31) for m in (1 << 30, (1 << 31) - 1, 1518500250) for a in accs]
-    acc, multiplier, shift = (np.array(col, dtype=np.int32) for col in zip(*grid))
-    units = len(grid)
-    out = np.zeros((1, units), np.int8)
-    status = kernels.b8_dense_s8(
-        ctypes.byref(requant_params(multiplier, shift, (-128, 127))), 1, 1, units,
-        ptr(np.zeros((1, 1), np.int8), i8), ptr(np.ones((units, 1), np.int8), i8), ptr(acc, i32), ptr(out, i8),
-    )
-    assert status == 0
-    expected = qarith.clamp_s8(qarith.requantize(acc, multiplier, shift, kernels.rounding))
-    np.testing.assert_array_equal(out[0], expected)
-    assert len(np.unique(expected)) > 200  # not just saturated values
+    grid = requantize_grid()
+    acc, multiplier, shift = (np.ascontiguousarray(col, dtype=np.int32) for col in grid.T)
+    case = {"acc": acc, "multiplier": multiplier, "shift": shift, "output_zero_point": 0, "act": (-128, 127)}
+    expected = assert_matches(kernels, "requantize", case)
+    assert len(np.unique(expected)) > 240  # not just saturated values
+    # Every shift where int32 accumulators can give most int8 values gets most of them inside the
+    # clamps: below -25, |acc * M| * 2^(shift - 31) < 2^6 for every int32 acc; above 3 the
+    # results are multiples of about 2^(shift - 1/2), so fewer than 2^(8.5 - shift) values exist.
+    for s in range(-25, 4):
+        at = expected[shift == s]
+        assert len(np.unique(at[(at > -128) & (at < 127)])) >= 90, s
 
 
 @pytest.mark.parametrize("rounding, expected", [
@@ -304,71 +329,52 @@ def test_quantize_multiplier_is_accurate(real):
 @pytest.mark.parametrize("seed", range(10))
 def test_boundary_conversions(kernels, seed):
     rng = np.random.default_rng(seed)
-    n, c, h, w = rng.integers(1, 3), rng.integers(1, 5), rng.integers(1, 6), rng.integers(1, 6)
+    n, c, h, w = (int(d) for d in (rng.integers(1, 3), rng.integers(1, 5), rng.integers(1, 6), rng.integers(1, 6)))
     quant = qarith.ActivationQuant(float(2.0 ** rng.integers(-6, 2)), random_zero_point(rng))
     x = (rng.integers(-300, 300, (n, c, h, w)) / 2 * quant.scale).astype(np.float32)  # many exact ties
     x.ravel()[::7] *= np.float32(1.0 + 2.0**-20)  # and values next to the ties
-    expected = layout.to_storage(qarith.quantize_tensor(x, quant, kernels.rounding))
-    out = np.zeros((n, h, w, c), np.int8)
-    dims = Dims(n, h, w, c)
-    scale = ctypes.c_float(quant.scale)
-    assert kernels.b8_quantize_f32(scale, quant.zero_point, ctypes.byref(dims), x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 0
-    np.testing.assert_array_equal(out, expected)
-    back = np.zeros((n, c, h, w), np.float32)
-    assert kernels.b8_dequantize_f32(ctypes.c_float(quant.scale), quant.zero_point, ctypes.byref(dims), x.size,
-                                     ptr(out, i8), ptr(back, ctypes.c_float)) == 0
-    np.testing.assert_array_equal(back, qarith.dequantize_tensor(layout.to_logical(out), quant))
+    case = {"x": x, "nchw": True, "scale": quant.scale, "zero_point": quant.zero_point}
+    out = assert_matches(kernels, "quantize", case).reshape(n, h, w, c)
+    np.testing.assert_array_equal(out, layout.to_storage(qarith.quantize_tensor(x, quant, kernels.rounding)))
+    back = assert_matches(kernels, "dequantize", {**case, "x": out})
+    np.testing.assert_array_equal(back.reshape(n, c, h, w), qarith.dequantize_tensor(layout.to_logical(out), quant))
     x.ravel()[rng.integers(0, x.size)] = np.nan
-    assert kernels.b8_quantize_f32(ctypes.c_float(1.0), 0, None, x.size, ptr(x, ctypes.c_float), ptr(out, i8)) == 1
+    assert kernel_calls.run(kernels, "quantize", {**case, "x": x, "nchw": False})[0] == 1  # refused
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_conv2d_vectorized_epilogue(kernels, seed):
-    """Output channels in multiples of 8 with every shift <= 0 take the AVX2 path's vector
-    requantization: extreme multipliers, shifts down to -31, large accumulators and biases."""
+EPILOGUE_SEEDS = range(20)
+
+
+def epilogue_case(seed):
+    """Output channels in multiples of 8, up to 96 (three VNNI tiles of 32, the last one partial
+    for 40 or 72), shifts <= 0 for the SIMD paths' vector requantization, or, every fourth seed,
+    one channel shifted left (which sends the whole layer to the scalar epilogue); extreme
+    multipliers, shifts down to -31, large accumulators and biases."""
     rng = np.random.default_rng(1000 + seed)
     n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow = random_conv_geometry(rng)
-    cin, cout = int(rng.integers(1, 40)), 8 * int(rng.integers(1, 5))
+    cin, cout = int(rng.integers(1, 40)), 8 * int(rng.integers(1, 13))
     nonnegative = bool(rng.integers(0, 2))
-    x = rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8)
     weight = rng.choice(np.array([-127, 127, 0, 1, -1], np.int8), (cout, kh, kw, cin))  # large sums
     bias = (rng.integers(-(1 << 30), 1 << 30, cout) >> rng.integers(0, 26, cout)).astype(np.int32)
     multiplier = rng.integers(1 << 30, 1 << 31, cout, dtype=np.int64)
     multiplier[::3] = (1 << 31) - 1
-    multiplier = multiplier.astype(np.int32)
     shift = rng.integers(-31, 1, cout).astype(np.int32)
     typical = 127.0 * 60 * np.sqrt(kh * kw * cin)  # a typical accumulator: mid-range outputs
     shift[rng.random(cout) < 0.6] = -int(np.log2(typical / 64))
-    z_in, z_out = random_zero_point(rng), random_zero_point(rng, output=True)
-    act = (-128, 127)  # the clamps are exercised above; here every output shows the arithmetic
-    attrs = {"strides": [sh, sw], "padding": pad, "dilation": [dh, dw], "groups": 1}
-    params = {"weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift, "input_zero_point": z_in,
-              "output_zero_point": z_out, "act_min": act[0], "act_max": act[1], "depthwise": False}
-    expected = reference.conv2d(x, QNode(Node("conv2d", [0], 1, attrs), params, kernels.rounding), (n, cout, oh, ow))
-    filter_dims = ctypes.byref(Dims(*weight.shape))
-    packed = np.zeros(kernels.b8_conv2d_s8_packed_size(filter_dims, 1), np.int8)
-    kernels.b8_conv2d_s8_pack_filter(filter_dims, 1, ptr(weight, i8), ptr(packed, i8))
-    scratch = np.zeros(kernels.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
-    out = np.zeros((n, oh, ow, cout), np.int8)
-    status = kernels.b8_conv2d_s8(
-        ctypes.byref(ConvParams(sh, sw, pad[0], pad[1], dh, dw, 1, z_in)),
-        ctypes.byref(requant_params(multiplier, shift, act, z_out)),
-        ctypes.byref(Dims(n, h, w, cin)), ptr(x, i8), int(nonnegative), filter_dims, ptr(packed, i8), ptr(bias, i32),
-        ctypes.byref(Dims(n, oh, ow, cout)), ptr(out, i8), None, ptr(scratch, i8),
-    )
-    assert status == 0
-    np.testing.assert_array_equal(out, expected)
+    if seed % 4 == 3:
+        shift[int(rng.integers(0, cout))] = int(rng.integers(1, 4))
+    # The clamps are exercised above; here every output shows the arithmetic.
+    return {"x": rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8), "weight": weight,
+            "bias": bias, "multiplier": multiplier.astype(np.int32), "shift": shift, "groups": 1, "strides": (sh, sw),
+            "padding": tuple(pad[:2]), "dilation": (dh, dw), "out_hw": (oh, ow), "pad_value": random_zero_point(rng),
+            "output_zero_point": random_zero_point(rng, output=True), "act": (-128, 127), "nonnegative": nonnegative,
+            "pixels": None, "fill": 0}
+
+
+@pytest.mark.parametrize("seed", EPILOGUE_SEEDS)
+def test_conv2d_vectorized_epilogue(kernels, seed):
+    expected = assert_matches(kernels, "conv2d", epilogue_case(seed))
     assert expected.size < 64 or len(np.unique(expected)) > 3
-
-
-class DoubleRequantParams(ctypes.Structure):
-    _fields_ = [
-        ("mantissa", ctypes.POINTER(ctypes.c_int64)),
-        ("exponent", ctypes.POINTER(ctypes.c_int32)),
-        ("act_min", ctypes.c_int32),
-        ("act_max", ctypes.c_int32),
-        ("output_zero_point", ctypes.c_int32),
-    ]
 
 
 def test_double_requantization_is_computed_exactly_in_integers(kernels):
@@ -390,16 +396,9 @@ def test_double_requantization_is_computed_exactly_in_integers(kernels):
     parts = [qarith.double_parts(float(r)) for r in grid_real]
     mantissa = np.array([m for m, _ in parts], np.int64)
     exponent = np.array([e for _, e in parts], np.int32)
-    units = len(grid_acc)
-    out = np.zeros((1, units), np.int8)
-    params = DoubleRequantParams(ptr(mantissa, ctypes.c_int64), ptr(exponent, i32), -128, 127, 3)
-    status = kernels.b8_dense_s8_double_requant(
-        ctypes.byref(params), 1, 1, units, ptr(np.zeros((1, 1), np.int8), i8),
-        ptr(np.ones((units, 1), np.int8), i8), ptr(grid_acc, i32), ptr(out, i8),
-    )
-    assert status == 0
+    case = {"acc": grid_acc, "mantissa": mantissa, "exponent": exponent, "output_zero_point": 3, "act": (-128, 127)}
     expected = qarith.clamp_s8(qarith.requantize_double(grid_acc, grid_real) + 3)
-    np.testing.assert_array_equal(out[0], expected)
+    np.testing.assert_array_equal(assert_matches(kernels, "requantize_double", case), expected)
     assert len(np.unique(expected)) > 200
     # C's round() on the double product, for the record: numpy's image is that.
     v = grid_acc.astype(np.float64) * grid_real

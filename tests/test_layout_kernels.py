@@ -1,18 +1,16 @@
 """Average pooling, clip and the layout kernels (transpose, reshape, pad, concat) against the
 integer reference, bit for bit. Parameters come from quantize_node, as the C emitter gets them."""
 
-import ctypes
 import math
 
 import numpy as np
 import pytest
 
+import kernel_calls
 from byoc_int8 import layout, qarith, reference
 from byoc_int8.graph import Graph, Node
 from byoc_int8.quantize import quantize_node
-from conftest import Dims, PoolParams, ptr
 
-i8, i32 = ctypes.c_int8, ctypes.c_int32
 SEEDS = range(30)
 
 
@@ -36,15 +34,16 @@ def random_int8(rng, shape):
     return rng.integers(-128, 128, shape, dtype=np.int8)
 
 
-def int32_array(values):
-    return np.ascontiguousarray(values, dtype=np.int32)
+def in_c(kernels, kernel, case):
+    """The C kernel's output on a kernel_calls case (it must accept the case)."""
+    status, out = kernel_calls.run(kernels, kernel, case)
+    assert status == 0
+    return out
 
 
 def transpose_in_c(kernels, x, step):
     shape, perm = step
-    out = np.zeros(math.prod(shape), np.int8)
-    assert kernels.b8_transpose_s8(len(shape), ptr(int32_array(shape), i32), ptr(int32_array(perm), i32), ptr(x, i8), ptr(out, i8)) == 0
-    return out
+    return in_c(kernels, "transpose", {"x": np.ascontiguousarray(x).reshape(shape), "perm": list(perm)})
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -68,12 +67,9 @@ def test_avg_pool2d(kernels, seed):
     q = quantized("avg_pool2d", [(n, c, h, w)], (n, c, oh, ow), attrs, [quant, quant], kernels.rounding)
     x = random_int8(rng, (n, h, w, c))
     expected = reference.avg_pool2d(x, q, (n, c, oh, ow))
-    out = np.zeros((n, oh, ow, c), np.int8)
-    status = kernels.b8_avg_pool2d_s8(
-        ctypes.byref(PoolParams(kh, kw, sh, sw, ph, pw, 1, 1)), int(include_pad), q.params["pad_value"],
-        ctypes.byref(Dims(n, h, w, c)), ptr(x, i8), ctypes.byref(Dims(n, oh, ow, c)), ptr(out, i8),
-    )
-    assert status == 0
+    out = in_c(kernels, "avg_pool2d", {"x": x, "kernel": (kh, kw), "strides": (sh, sw), "padding": (ph, pw),
+                                       "out_hw": (oh, ow), "count_include_pad": include_pad,
+                                       "pad_value": q.params["pad_value"]})
     np.testing.assert_array_equal(out, expected)
     # And it is an average of the real values (padding is real 0): within half an LSB.
     import torch
@@ -93,8 +89,7 @@ def test_clip(kernels, seed):
     lo, hi = sorted(rng.uniform(-130, 130, 2) * scale)
     q = quantized("clip", [(1, 50)], (1, 50), {"clip": (lo, hi)}, [scale, scale])
     x = random_int8(rng, (1, 50))
-    out = np.zeros_like(x)
-    assert kernels.b8_clip_s8(50, q.params["act_min"], q.params["act_max"], ptr(x, i8), ptr(out, i8)) == 0
+    out = in_c(kernels, "clip", {"x": x, "act": (q.params["act_min"], q.params["act_max"])})
     np.testing.assert_array_equal(out, reference.clip(x, q))
     # The int8 bounds are the float bounds on the int8 grid.
     assert abs(q.params["act_min"] * scale - max(lo, -128 * scale)) <= scale / 2 + 1e-9
@@ -145,12 +140,9 @@ def test_pad(kernels, seed):
     quant = qarith.ActivationQuant(0.05, 0 if rng.random() < 0.5 else int(rng.integers(-128, 128)))
     q = quantized("pad", [shape], out_shape, {"pads": pads, "value": float(rng.uniform(-8, 8))}, [quant, quant])
     x = random_int8(rng, layout.storage_shape(shape))
-    out = np.zeros(math.prod(out_shape), np.int8)
-    stored = int32_array(q.params["shape"])
-    status = kernels.b8_pad_s8(rank, ptr(stored, i32), ptr(int32_array(q.params["pads"]), i32),
-                               q.params["value"], ptr(x, i8), ptr(out, i8))
-    assert status == 0
-    np.testing.assert_array_equal(out, reference.pad(x, q).ravel())
+    pads = [(int(a), int(b)) for a, b in np.reshape(q.params["pads"], (-1, 2))]  # stored order
+    case = {"x": x.reshape(q.params["shape"]), "pads": pads, "value": q.params["value"]}
+    np.testing.assert_array_equal(in_c(kernels, "pad", case), reference.pad(x, q).ravel())
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -171,11 +163,8 @@ def test_concat(kernels, seed):
     q = quantized("concat", shapes, tuple(out_shape), {"axis": axis}, [random_quant(rng) for _ in range(k + 1)],
                   kernels.rounding)
     xs = [random_int8(rng, layout.storage_shape(s)) for s in shapes]
-    out = np.zeros(math.prod(out_shape), np.int8)
-    parts = (ctypes.POINTER(ctypes.c_int8) * k)(*[ptr(x, i8) for x in xs])
     p = q.params
-    status = kernels.b8_concat_s8(k, parts, ptr(int32_array(p["inner"]), i32), ptr(p["multiplier"], i32),
-                                  ptr(p["shift"], i32), ptr(p["zero_points"], i32), p["output_zero_point"], p["outer"],
-                                  ptr(out, i8))
-    assert status == 0
-    np.testing.assert_array_equal(out, reference.concat(xs, q).ravel())
+    case = {"inputs": [x.reshape(p["outer"], inner) for x, inner in zip(xs, p["inner"])], "outer": p["outer"],
+            "multiplier": p["multiplier"], "shift": p["shift"], "zero_points": p["zero_points"],
+            "output_zero_point": p["output_zero_point"]}
+    np.testing.assert_array_equal(in_c(kernels, "concat", case).ravel(), reference.concat(xs, q).ravel())

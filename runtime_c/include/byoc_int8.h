@@ -217,8 +217,10 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
                                         const int32_t* bias, const b8_dims* output_dims,
                                         int8_t* output, const b8_pixels* pixels);
 
-/* Max pooling over `pixels` (NULL: all); padded positions never win. The output keeps the input's
- * scale and zero point. */
+/* Max pooling over `pixels` (NULL: all): the largest in-bounds tap of each window, padded
+ * positions never win; a window with no tap inside the input (dilated windows can have none)
+ * gives -128, the maximum over no values starting from the lowest code (TFLite's rule). The output
+ * keeps the input's scale and zero point. */
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
                                   const int8_t* input, const b8_dims* output_dims,
                                   int8_t* output, const b8_pixels* pixels);
@@ -311,7 +313,9 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
  * Quantize: q = clamp(round(x / scale) + zero_point, -128, 127), in float32: with
  * B8_ROUND_SINGLE x * (1 / scale) rounded half to even, otherwise TFLite's x / scale rounded half
  * away from zero. With `dims` (the tensor's n, h, w, c) the float input is read in NCHW order and
- * written in NHWC; with NULL both are flat. Returns B8_ERROR_ARGUMENT on NaN or infinity. */
+ * written in NHWC; with NULL both are flat. Returns B8_ERROR_ARGUMENT on NaN or infinity (the
+ * output is then unspecified), or for a scale that is not positive and finite with a finite
+ * reciprocal. */
 B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
                                  int32_t size, const float* input, int8_t* output);
 /* Dequantize: x = (float)(q - zero_point) * scale; with `dims`, read in NHWC order and written

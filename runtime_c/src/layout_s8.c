@@ -1,4 +1,5 @@
 /* Layout changes and the float <-> int8 conversions at region boundaries. */
+#include <float.h>
 #include <math.h>
 
 #include "byoc_int8.h"
@@ -116,13 +117,13 @@ static int b8_quantize_run(float scale, int32_t zero_point, int64_t count, const
     bad |= !(x - x == 0.0f); /* NaN or infinity */
 #if B8_ROUNDING == B8_ROUND_SINGLE
     float v = x * inv_scale;
-    v = v < lo ? lo : (v > hi ? hi : v);
+    v = v >= lo ? (v <= hi ? v : hi) : lo; /* a NaN becomes lo: converting it would be undefined */
     v = nearbyintf(v); /* ties to even, as numpy.rint */
 #else
     /* TFLite's AffineQuantize: a float division, rounded half away from zero (roundf, written
      * with truncf so that it vectorizes; v - truncf(v) is exact). */
     float v = x / scale;
-    v = v < lo ? lo : (v > hi ? hi : v);
+    v = v >= lo ? (v <= hi ? v : hi) : lo; /* a NaN becomes lo: converting it would be undefined */
     const float whole = truncf(v);
     v = whole + (v - whole >= 0.5f ? 1.0f : (v - whole <= -0.5f ? -1.0f : 0.0f));
 #endif
@@ -133,7 +134,10 @@ static int b8_quantize_run(float scale, int32_t zero_point, int64_t count, const
 
 B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
                                  int32_t size, const float* input, int8_t* output) {
-  if (zero_point < -128 || zero_point > 127 || !(scale > 0.0f)) return B8_ERROR_ARGUMENT;
+  /* The scale must be positive and finite, and so must its reciprocal (below 2^-128 it is not,
+   * and 0 * (1 / scale) would be NaN). */
+  const int scale_ok = scale > 0.0f && scale <= FLT_MAX && 1.0f / scale <= FLT_MAX;
+  if (zero_point < -128 || zero_point > 127 || !scale_ok) return B8_ERROR_ARGUMENT;
   if (!dims)
     return b8_quantize_run(scale, zero_point, size, input, output, 1) ? B8_ERROR_ARGUMENT : B8_OK;
   int bad = 0;

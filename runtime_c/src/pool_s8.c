@@ -7,7 +7,8 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
                                   int8_t* output, const b8_pixels* pixels) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
   if (output_dims->c != c || output_dims->n != input_dims->n || pool->stride_h < 1 ||
-      pool->stride_w < 1 || pool->kernel_h < 1 || pool->kernel_w < 1) {
+      pool->stride_w < 1 || pool->kernel_h < 1 || pool->kernel_w < 1 || pool->dilation_h < 1 ||
+      pool->dilation_w < 1) {
     return B8_ERROR_ARGUMENT;
   }
   int64_t begin, end;
@@ -18,9 +19,10 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
     const int32_t oy = (int32_t)(index % out_plane / out_w), ox = (int32_t)(index % out_w);
     {
       {
+        /* The maximum over the in-bounds taps only, from the lowest code (TFLite's rule): a
+         * window entirely in the padding (possible with dilation) gives -128. */
         int8_t* out = output + index * c;
         for (int32_t ch = 0; ch < c; ++ch) out[ch] = INT8_MIN;
-        int32_t seen = 0;
         for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
           const int32_t iy = oy * pool->stride_h - pool->pad_top + ky * pool->dilation_h;
           if (iy < 0 || iy >= in_h) continue;
@@ -29,10 +31,8 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
             if (ix < 0 || ix >= in_w) continue;
             const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c;
             for (int32_t ch = 0; ch < c; ++ch) out[ch] = pixel[ch] > out[ch] ? pixel[ch] : out[ch];
-            seen = 1;
           }
         }
-        if (!seen) return B8_ERROR_ARGUMENT; /* a window entirely in the padding */
       }
     }
   }

@@ -96,6 +96,20 @@ static void test_max_pool_ignores_padding(void) {
   EXPECT_EQ(output[1], -90);
   EXPECT_EQ(output[2], -80);
   EXPECT_EQ(output[3], -70);
+  /* Dilation 4 on a 3x3 input, padding 1: the one window's taps (-1 and 3 on each axis) all lie
+   * in the padding. Its maximum over no values is the lowest code. */
+  const int8_t square[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const b8_pool_params dilated = {2, 2, 1, 1, 1, 1, 4, 4};
+  const b8_dims square_dims = {1, 3, 3, 1}, one = {1, 1, 1, 1};
+  output[0] = 0;
+  EXPECT_EQ(b8_max_pool2d_s8(&dilated, &square_dims, square, &one, output, NULL), B8_OK);
+  EXPECT_EQ(output[0], -128);
+  /* Padding 0: the taps (0, 0), (0, 4), (4, 0), (4, 4) leave one inside. */
+  const b8_pool_params corner = {2, 2, 1, 1, 0, 0, 4, 4};
+  EXPECT_EQ(b8_max_pool2d_s8(&corner, &square_dims, square, &one, output, NULL), B8_OK);
+  EXPECT_EQ(output[0], 1);
+  const b8_pool_params no_dilation = {2, 2, 1, 1, 0, 0, 0, 1};
+  EXPECT_EQ(b8_max_pool2d_s8(&no_dilation, &square_dims, square, &one, output, NULL), B8_ERROR_ARGUMENT);
 }
 
 static void test_add_saturates(void) {
@@ -209,9 +223,31 @@ static void test_boundary_conversions(void) {
   EXPECT_EQ(back[3] == (B8_TIES_AWAY ? 1.5f : 1.0f), 1);
   const float bad[2] = {1.0f, 0.0f / 0.0f};
   EXPECT_EQ(b8_quantize_f32(1.0f, 0, NULL, 2, bad, q), B8_ERROR_ARGUMENT);
+  EXPECT_EQ(b8_quantize_f32(1.0f, -128, NULL, 2, bad, q), B8_ERROR_ARGUMENT); /* no overflow either */
+  EXPECT_EQ(b8_quantize_f32(1e-45f, 0, NULL, 2, x, q), B8_ERROR_ARGUMENT); /* 1 / scale overflows */
+  EXPECT_EQ(b8_quantize_f32(1.0f / 0.0f, 0, NULL, 2, x, q), B8_ERROR_ARGUMENT);
+}
+
+/* Whether this CPU runs the instructions the kernels were compiled for; the build is tested only
+ * where it does (exit code 77: ctest reports the test as skipped; its output says why). */
+static int b8_cpu_runs_this_build(void) {
+#if B8_USE_AVX512VNNI
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#elif B8_USE_AVX2
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return 1;
+#endif
 }
 
 int main(void) {
+  if (!b8_cpu_runs_this_build()) {
+    printf("skipped: this CPU lacks the instructions of this kernel build (%s)\n",
+           B8_USE_AVX512VNNI ? "AVX-512 VNNI" : "AVX2 + FMA");
+    return 77;
+  }
   test_requantize();
   test_conv2d_padding_and_stride();
   test_max_pool_ignores_padding();

@@ -1,0 +1,681 @@
+"""The C kernels (runtime_c/include/byoc_int8.h) through ctypes: the structs, the library loader,
+one call wrapper per kernel and the integer reference's answer for the same call.
+
+Shared by the kernel tests (tests/test_kernels_vs_reference.py, tests/test_layout_kernels.py,
+tests/test_kernel_fuzz.py) and the fuzzer (benchmarks/fuzz_kernels.py, which puts tests/ on
+sys.path). A *case* is a dict of plain values and numpy arrays that describes one kernel call
+completely; ``run(lib, kernel, case)`` makes the call and returns (status, output),
+``expected(kernel, case, rounding)`` computes what the integer reference (byoc_int8.reference and
+byoc_int8.qarith) says the call returns, and ``check`` compares the two bit for bit.
+
+This module imports neither byoc_int8 nor TVM at load time (``expected`` imports them when
+called), so that a process running sanitized kernels (LD_PRELOAD=libasan.so, under which TVM
+cannot load) can replay cases with it: ``python tests/kernel_calls.py replay CASES RESULTS LIB...``.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import io
+import math
+import pickle
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("portable", "avx2", "avx512vnni")
+ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
+# Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
+TILES = {"avx2": (4, 16), "avx512vnni": (8, 32)}
+MAX_SEGMENTS = 16  # taller kernels are gathered, not read in place (B8_MAX_SEGMENTS)
+MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
+
+i8, i32, i64, f32 = ctypes.c_int8, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
+P = ctypes.POINTER
+
+
+class Dims(ctypes.Structure):
+    _fields_ = [("n", i32), ("h", i32), ("w", i32), ("c", i32)]
+
+
+class RequantParams(ctypes.Structure):
+    _fields_ = [("multiplier", P(i32)), ("shift", P(i32)), ("act_min", i32), ("act_max", i32),
+                ("output_zero_point", i32)]
+
+
+class DoubleRequantParams(ctypes.Structure):
+    _fields_ = [("mantissa", P(i64)), ("exponent", P(i32)), ("act_min", i32), ("act_max", i32),
+                ("output_zero_point", i32)]
+
+
+class ConvParams(ctypes.Structure):
+    _fields_ = [(n, i32) for n in ("stride_h", "stride_w", "pad_top", "pad_left", "dilation_h", "dilation_w",
+                                   "groups", "pad_value")]
+
+
+class PoolParams(ctypes.Structure):
+    _fields_ = [(n, i32) for n in ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_top", "pad_left",
+                                   "dilation_h", "dilation_w")]
+
+
+class AddParams(ctypes.Structure):
+    _fields_ = [(n, i32) for n in ("left_shift", "input1_multiplier", "input1_shift", "input2_multiplier",
+                                   "input2_shift", "output_multiplier", "output_shift", "act_min", "act_max",
+                                   "input1_zero_point", "input2_zero_point", "output_zero_point")]
+
+
+class MulParams(ctypes.Structure):
+    _fields_ = [(n, i32) for n in ("multiplier", "shift", "input1_zero_point", "input2_zero_point",
+                                   "output_zero_point", "act_min", "act_max")]
+
+
+class Pixels(ctypes.Structure):
+    _fields_ = [("begin", i32), ("end", i32)]
+
+
+def ptr(array: np.ndarray, ctype):
+    assert array.flags["C_CONTIGUOUS"]
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+# Every exported function of byoc_int8.h: (result type, argument types). The mul parameters go as
+# void* so that callers may pass a structure of their own with the same fields.
+SIGNATURES = {
+    "b8_conv2d_s8_packed_size": (i32, [P(Dims), i32]),
+    "b8_conv2d_s8_pack_filter": (None, [P(Dims), i32, P(i8), P(i8)]),
+    "b8_conv2d_s8_scratch_size": (i32, [P(Dims)]),
+    "b8_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), i32, P(Dims), P(i8), P(i32), P(Dims),
+                           P(i8), P(Pixels), P(i8)]),
+    "b8_depthwise_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), P(Dims), P(i8), P(i32),
+                                     P(Dims), P(i8), P(Pixels)]),
+    "b8_max_pool2d_s8": (i32, [P(PoolParams), P(Dims), P(i8), P(Dims), P(i8), P(Pixels)]),
+    "b8_avg_pool2d_s8": (i32, [P(PoolParams), i32, i32, P(Dims), P(i8), P(Dims), P(i8)]),
+    "b8_global_avg_pool_s8": (i32, [i32, i32, i32, i32, P(Dims), P(i8), P(i8)]),
+    "b8_add_s8": (i32, [P(AddParams), i32, P(i8), P(i8), P(i8)]),
+    "b8_dense_s8": (i32, [P(RequantParams), i32, i32, i32, P(i8), P(i8), P(i32), P(i8)]),
+    "b8_dense_s8_double_requant": (i32, [P(DoubleRequantParams), i32, i32, i32, P(i8), P(i8), P(i32), P(i8)]),
+    "b8_clip_s8": (i32, [i32, i32, i32, P(i8), P(i8)]),
+    "b8_mul_s8": (i32, [ctypes.c_void_p, i32, i32, i32, i32, P(i8), P(i8), P(i8)]),
+    "b8_lut_s8": (i32, [i32, P(i8), P(i8), P(i8)]),
+    "b8_concat_s8": (i32, [i32, P(P(i8)), P(i32), P(i32), P(i32), P(i32), i32, i32, P(i8)]),
+    "b8_transpose_s8": (i32, [i32, P(i32), P(i32), P(i8), P(i8)]),
+    "b8_slice_s8": (i32, [i32, P(i32), P(i32), P(i32), P(i32), P(i8), P(i8)]),
+    "b8_pad_s8": (i32, [i32, P(i32), P(i32), i8, P(i8), P(i8)]),
+    "b8_quantize_f32": (i32, [f32, i32, P(Dims), i32, P(f32), P(i8)]),
+    "b8_dequantize_f32": (i32, [f32, i32, P(Dims), i32, P(i8), P(f32)]),
+}
+
+
+def library_path(build_dir: Path | str, variant: str, rounding: str) -> Path:
+    return Path(build_dir) / f"libbyoc_int8_kernels_{variant}_{rounding.replace('-', '_')}.so"
+
+
+def load(path: Path | str, variant: str, rounding: str) -> ctypes.CDLL:
+    """One kernel build, every function typed; `lib.variant` and `lib.rounding` name the build."""
+    lib = ctypes.CDLL(str(path))
+    for name, (restype, argtypes) in SIGNATURES.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    lib.variant, lib.rounding = variant, rounding
+    return lib
+
+
+def _i32(values) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int32)
+
+
+def _requant(case: dict) -> RequantParams:
+    act_min, act_max = case["act"]
+    return RequantParams(ptr(case["multiplier"], i32), ptr(case["shift"], i32), act_min, act_max,
+                         case["output_zero_point"])
+
+
+def _ranges(case: dict) -> list:
+    """The pixel ranges of a call, one call each (None: one call over all pixels)."""
+    ranges = case.get("pixels")
+    return [None] if ranges is None else [ctypes.byref(Pixels(int(b), int(e))) for b, e in ranges]
+
+
+def _covered(case: dict, total: int) -> np.ndarray:
+    """Which output pixels the calls of a case write."""
+    ranges = case.get("pixels")
+    covered = np.zeros(total, bool)
+    for begin, end in [(0, total)] if ranges is None else ranges:
+        covered[max(begin, 0) : max(min(end, total), 0)] = True
+    return covered
+
+
+def conv2d_paths(case: dict, variant: str) -> set[str]:
+    """The code paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a kernel
+    build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
+    tiles (whole or partial), patch rows read in place or gathered, signed or unsigned inputs and
+    the epilogue of each channel tile (16 or 8 lanes, or scalar)."""
+    weight = case["weight"]
+    if variant == "portable" or case["groups"] != 1:
+        return {"portable"}
+    tile_pixels, tile_channels = TILES[variant]
+    cout, kh, kw, cin = weight.shape
+    n, h, w = case["x"].shape[:3]
+    oh, ow = case["out_hw"]
+    (sh, sw), (_, left), (_, dw) = case["strides"], case["padding"], case["dilation"]
+    paths = {"tile", "unsigned" if case["nonnegative"] and case["pad_value"] >= 0 else "signed"}
+    if (kh * kw * cin) % 4:
+        paths.add("patch tail")
+    if kh > MAX_SEGMENTS:
+        paths.add("tall kernel")
+    in_place = dw == 1 and (kw * cin) % 4 == 0 and kh <= MAX_SEGMENTS
+    tiles = 0
+    for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
+        begin, end = max(begin, 0), min(end, n * oh * ow)
+        for first in range(begin, end, tile_pixels):
+            tiles += 1
+            paths.add("whole pixel tile" if end - first >= tile_pixels else "partial pixel tile")
+        ix0 = np.arange(begin, max(begin, end)) % ow * sw - left
+        inside = in_place & (ix0 >= 0) & (ix0 + kw <= w)
+        paths |= {"in place"} if inside.any() else set()
+        paths |= {"gathered"} if (~inside).any() else set()
+    if tiles > 1:
+        paths.add("several pixel tiles")
+    vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
+    for oc0 in range(0, cout, tile_channels):
+        channels = min(tile_channels, cout - oc0)
+        paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
+        if vector and variant == "avx512vnni" and channels % 16 == 0:
+            paths.add("epilogue x16")
+        else:
+            paths.add("epilogue x8" if vector else "epilogue scalar")
+    if cout > tile_channels:
+        paths.add("several channel tiles")
+    return paths
+
+
+# ---- the C calls ----------------------------------------------------------------------------
+
+
+def call_conv2d(lib, case: dict):
+    x, weight, bias = case["x"], case["weight"], case["bias"]
+    n, oh, ow, cout = x.shape[0], *case["out_hw"], weight.shape[0]
+    groups = case["groups"]
+    out = np.full((n, oh, ow, cout), case["fill"], np.int8)
+    conv = ConvParams(*case["strides"], *case["padding"], *case["dilation"], groups, case["pad_value"])
+    filter_dims = Dims(*weight.shape)
+    packed = np.zeros(lib.b8_conv2d_s8_packed_size(filter_dims, groups), np.int8)
+    lib.b8_conv2d_s8_pack_filter(filter_dims, groups, ptr(weight, i8), ptr(packed, i8))
+    scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
+    for pixels in _ranges(case):
+        status = lib.b8_conv2d_s8(conv, _requant(case), Dims(*x.shape), ptr(x, i8), int(case["nonnegative"]),
+                                  filter_dims, ptr(packed, i8), None if bias is None else ptr(bias, i32),
+                                  Dims(n, oh, ow, cout), ptr(out, i8), pixels, ptr(scratch, i8))
+        if status:
+            return status, out
+    return 0, out
+
+
+def call_depthwise_conv2d(lib, case: dict):
+    x, weight, bias = case["x"], case["weight"], case["bias"]  # weight (1, KH, KW, O)
+    n, oh, ow, cout = x.shape[0], *case["out_hw"], weight.shape[3]
+    out = np.full((n, oh, ow, cout), case["fill"], np.int8)
+    conv = ConvParams(*case["strides"], *case["padding"], *case["dilation"], x.shape[3], case["pad_value"])
+    for pixels in _ranges(case):
+        status = lib.b8_depthwise_conv2d_s8(conv, _requant(case), Dims(*x.shape), ptr(x, i8), Dims(*weight.shape),
+                                            ptr(weight, i8), None if bias is None else ptr(bias, i32),
+                                            Dims(n, oh, ow, cout), ptr(out, i8), pixels)
+        if status:
+            return status, out
+    return 0, out
+
+
+def _pool(case: dict) -> PoolParams:
+    return PoolParams(*case["kernel"], *case["strides"], *case["padding"], *case.get("dilation", (1, 1)))
+
+
+def call_max_pool2d(lib, case: dict):
+    x = case["x"]
+    n, oh, ow, c = x.shape[0], *case["out_hw"], x.shape[3]
+    out = np.full((n, oh, ow, c), case["fill"], np.int8)
+    for pixels in _ranges(case):
+        status = lib.b8_max_pool2d_s8(_pool(case), Dims(*x.shape), ptr(x, i8), Dims(n, oh, ow, c), ptr(out, i8),
+                                      pixels)
+        if status:
+            return status, out
+    return 0, out
+
+
+def call_avg_pool2d(lib, case: dict):
+    x = case["x"]
+    out = np.zeros((x.shape[0], *case["out_hw"], x.shape[3]), np.int8)
+    status = lib.b8_avg_pool2d_s8(_pool(case), int(case["count_include_pad"]), case["pad_value"], Dims(*x.shape),
+                                  ptr(x, i8), Dims(*out.shape), ptr(out, i8))
+    return status, out
+
+
+def call_global_avg_pool(lib, case: dict):
+    x = case["x"]
+    out = np.zeros((x.shape[0], x.shape[3]), np.int8)
+    status = lib.b8_global_avg_pool_s8(case["multiplier"], case["shift"], case["input_zero_point"],
+                                       case["output_zero_point"], Dims(*x.shape), ptr(x, i8), ptr(out, i8))
+    return status, out
+
+
+def call_add(lib, case: dict):
+    a, b = case["a"], case["b"]
+    params = AddParams(case["left_shift"], *case["input1"], *case["input2"], *case["output"], *case["act"],
+                       *case["zero_points"])
+    out = np.zeros(a.size, np.int8)
+    return lib.b8_add_s8(params, a.size, ptr(a, i8), ptr(b, i8), ptr(out, i8)), out
+
+
+def call_mul(lib, case: dict):
+    x1, x2 = case["x1"], case["x2"]  # (batches, pixels, channels); x2 (batches, channels) when broadcast
+    params = MulParams(case["multiplier"], case["shift"], *case["zero_points"], *case["act"])
+    out = np.zeros_like(x1)
+    status = lib.b8_mul_s8(ctypes.byref(params), *x1.shape, int(case["broadcast"]), ptr(x1, i8), ptr(x2, i8),
+                           ptr(out, i8))
+    return status, out
+
+
+def call_dense(lib, case: dict):
+    x, weight, bias = case["x"], case["weight"], case["bias"]
+    out = np.zeros((x.shape[0], weight.shape[0]), np.int8)
+    status = lib.b8_dense_s8(_requant(case), x.shape[0], x.shape[1], weight.shape[0], ptr(x, i8), ptr(weight, i8),
+                             None if bias is None else ptr(bias, i32), ptr(out, i8))
+    return status, out
+
+
+def call_dense_double(lib, case: dict):
+    x, weight, bias = case["x"], case["weight"], case["bias"]
+    params = DoubleRequantParams(ptr(case["mantissa"], i64), ptr(case["exponent"], i32), *case["act"],
+                                 case["output_zero_point"])
+    out = np.zeros((x.shape[0], weight.shape[0]), np.int8)
+    status = lib.b8_dense_s8_double_requant(params, x.shape[0], x.shape[1], weight.shape[0], ptr(x, i8),
+                                            ptr(weight, i8), None if bias is None else ptr(bias, i32), ptr(out, i8))
+    return status, out
+
+
+def _accumulators_as_biases(case: dict) -> dict:
+    """A dense layer of depth 1 over a zero input: its accumulators are exactly its biases."""
+    units = case["acc"].size
+    return {**case, "x": np.zeros((1, 1), np.int8), "weight": np.ones((units, 1), np.int8), "bias": case["acc"]}
+
+
+def call_requantize(lib, case: dict):
+    """b8_requantize on any int32 accumulators (through b8_dense_s8, see above)."""
+    status, out = call_dense(lib, _accumulators_as_biases(case))
+    return status, out[0]
+
+
+def call_requantize_double(lib, case: dict):
+    """b8_requantize_f64 on any int32 accumulators (through b8_dense_s8_double_requant)."""
+    status, out = call_dense_double(lib, _accumulators_as_biases(case))
+    return status, out[0]
+
+
+def call_clip(lib, case: dict):
+    x = case["x"]
+    out = np.zeros_like(x)
+    return lib.b8_clip_s8(x.size, *case["act"], ptr(x, i8), ptr(out, i8)), out
+
+
+def call_lut(lib, case: dict):
+    x = case["x"]
+    out = np.zeros_like(x)
+    return lib.b8_lut_s8(x.size, ptr(case["table"], i8), ptr(x, i8), ptr(out, i8)), out
+
+
+def call_concat(lib, case: dict):
+    xs = case["inputs"]  # each (outer, inner_k)
+    outer = case["outer"]
+    inner = _i32([x.shape[1] for x in xs])
+    out = np.zeros((outer, int(inner.sum())), np.int8)
+    parts = (P(i8) * len(xs))(*[ptr(x, i8) for x in xs])
+    status = lib.b8_concat_s8(len(xs), parts, ptr(inner, i32), ptr(case["multiplier"], i32), ptr(case["shift"], i32),
+                              ptr(case["zero_points"], i32), case["output_zero_point"], outer, ptr(out, i8))
+    return status, out
+
+
+def call_transpose(lib, case: dict):
+    x, perm = case["x"], case["perm"]
+    out = np.zeros(x.size, np.int8)
+    status = lib.b8_transpose_s8(x.ndim, ptr(_i32(x.shape), i32), ptr(_i32(perm), i32), ptr(x, i8), ptr(out, i8))
+    return status, out
+
+
+def call_slice(lib, case: dict):
+    x, out_shape = case["x"], case["out_shape"]
+    out = np.zeros(math.prod(out_shape), np.int8)
+    status = lib.b8_slice_s8(x.ndim, ptr(_i32(x.shape), i32), ptr(_i32(case["begin"]), i32),
+                             ptr(_i32(case["stride"]), i32), ptr(_i32(out_shape), i32), ptr(x, i8), ptr(out, i8))
+    return status, out
+
+
+def call_pad(lib, case: dict):
+    x, pads = case["x"], case["pads"]  # pads: (before, after) per axis
+    out = np.zeros(math.prod(d + a + b for d, (a, b) in zip(x.shape, pads)), np.int8)
+    status = lib.b8_pad_s8(x.ndim, ptr(_i32(x.shape), i32), ptr(_i32([p for pair in pads for p in pair]), i32),
+                           case["value"], ptr(x, i8), ptr(out, i8))
+    return status, out
+
+
+def call_quantize(lib, case: dict):
+    x = case["x"]  # float32, NCHW when case["nchw"] (written NHWC), else flat
+    dims = Dims(*(x.shape[i] for i in (0, 2, 3, 1))) if case["nchw"] else None
+    out = np.zeros(x.size, np.int8)
+    status = lib.b8_quantize_f32(case["scale"], case["zero_point"], dims, x.size, ptr(x, f32), ptr(out, i8))
+    return status, out
+
+
+def call_dequantize(lib, case: dict):
+    x = case["x"]  # int8, NHWC when case["nchw"] (written NCHW), else flat
+    dims = Dims(*x.shape) if case["nchw"] else None
+    out = np.zeros(x.size, np.float32)
+    status = lib.b8_dequantize_f32(case["scale"], case["zero_point"], dims, x.size, ptr(x, i8), ptr(out, f32))
+    return status, out
+
+
+CALLS = {
+    "conv2d": call_conv2d,
+    "depthwise_conv2d": call_depthwise_conv2d,
+    "max_pool2d": call_max_pool2d,
+    "avg_pool2d": call_avg_pool2d,
+    "global_avg_pool": call_global_avg_pool,
+    "add": call_add,
+    "mul": call_mul,
+    "dense": call_dense,
+    "dense_double": call_dense_double,
+    "requantize": call_requantize,
+    "requantize_double": call_requantize_double,
+    "clip": call_clip,
+    "lut": call_lut,
+    "concat": call_concat,
+    "transpose": call_transpose,
+    "slice": call_slice,
+    "pad": call_pad,
+    "quantize": call_quantize,
+    "dequantize": call_dequantize,
+}
+
+
+def run(lib, kernel: str, case: dict):
+    """(status, output) of the C kernel on a case."""
+    return CALLS[kernel](lib, case)
+
+
+# ---- what the integer reference says --------------------------------------------------------
+
+
+def _qnode(op: str, attrs: dict | None = None, params: dict | None = None, rounding: str = "tflite", inputs=1):
+    from byoc_int8.graph import Node
+    from byoc_int8.quantize import QNode
+
+    return QNode(Node(op, list(range(inputs)), inputs, attrs or {}), params or {}, rounding)
+
+
+def _windowed(case: dict, reference_out: np.ndarray) -> np.ndarray:
+    """The output of a call over pixel ranges: the reference where written, the fill elsewhere."""
+    out = np.full(reference_out.shape, case["fill"], np.int8).reshape(-1, reference_out.shape[-1])
+    covered = _covered(case, out.shape[0])
+    out[covered] = reference_out.reshape(out.shape)[covered]
+    return out.reshape(reference_out.shape)
+
+
+def expect_conv2d(case: dict, rounding: str, depthwise: bool = False):
+    from byoc_int8 import reference
+
+    x, weight = case["x"], case["weight"]
+    cout = weight.shape[3] if depthwise else weight.shape[0]
+    bias = np.zeros(cout, np.int32) if case["bias"] is None else case["bias"]
+    attrs = {"strides": list(case["strides"]), "padding": [*case["padding"], 0, 0], "dilation": list(case["dilation"]),
+             "groups": x.shape[3] if depthwise else case["groups"]}
+    params = {"weight": weight, "bias": bias, "multiplier": case["multiplier"], "shift": case["shift"],
+              "input_zero_point": case["pad_value"], "output_zero_point": case["output_zero_point"],
+              "act_min": case["act"][0], "act_max": case["act"][1], "depthwise": depthwise}
+    y = reference.conv2d(x, _qnode("conv2d", attrs, params, rounding), (x.shape[0], cout, *case["out_hw"]))
+    return 0, _windowed(case, y)
+
+
+def expect_depthwise_conv2d(case: dict, rounding: str):
+    return expect_conv2d(case, rounding, depthwise=True)
+
+
+def _pool_attrs(case: dict) -> dict:
+    return {"pool_size": list(case["kernel"]), "strides": list(case["strides"]), "padding": [*case["padding"], 0, 0],
+            "dilation": list(case.get("dilation", (1, 1)))}
+
+
+def expect_max_pool2d(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    x = case["x"]
+    y = reference.max_pool2d(x, _qnode("max_pool2d", _pool_attrs(case)), (x.shape[0], x.shape[3], *case["out_hw"]))
+    return 0, _windowed(case, y)
+
+
+def expect_avg_pool2d(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    x = case["x"]
+    attrs = {**_pool_attrs(case), "count_include_pad": bool(case["count_include_pad"])}
+    q = _qnode("avg_pool2d", attrs, {"pad_value": case["pad_value"]}, rounding)
+    return 0, reference.avg_pool2d(x, q, (x.shape[0], x.shape[3], *case["out_hw"]))
+
+
+def expect_global_avg_pool(case: dict, rounding: str):
+    from byoc_int8 import qarith, reference
+
+    x = case["x"]
+    params = {"requant": qarith.FixedPoint(case["multiplier"], case["shift"]),
+              "input_zero_point": case["input_zero_point"], "output_zero_point": case["output_zero_point"]}
+    return 0, reference.global_avg_pool2d(x, _qnode("global_avg_pool2d", {}, params, rounding), x.shape[::3])
+
+
+def expect_add(case: dict, rounding: str):
+    from byoc_int8 import qarith, reference
+
+    rescale = qarith.AddRescale(case["left_shift"], *(qarith.FixedPoint(*case[k]) for k in ("input1", "input2", "output")))
+    z1, z2, z_out = case["zero_points"]
+    params = {"rescale": rescale, "act_min": case["act"][0], "act_max": case["act"][1], "input1_zero_point": z1,
+              "input2_zero_point": z2, "output_zero_point": z_out}
+    return 0, reference.add(case["a"], case["b"], _qnode("add", {}, params, rounding, inputs=2))
+
+
+def expect_mul(case: dict, rounding: str):
+    from byoc_int8 import qarith, reference
+
+    x1, x2 = case["x1"], case["x2"]
+    if case["broadcast"]:
+        x2 = x2[:, None, :]
+    z1, z2, z_out = case["zero_points"]
+    params = {"requant": qarith.FixedPoint(case["multiplier"], case["shift"]), "input1_zero_point": z1,
+              "input2_zero_point": z2, "output_zero_point": z_out, "act_min": case["act"][0], "act_max": case["act"][1]}
+    return 0, reference.mul(x1, x2, _qnode("mul", {}, params, rounding, inputs=2))
+
+
+def _dense_params(case: dict) -> dict:
+    units = case["weight"].shape[0]
+    return {"weight": case["weight"], "bias": np.zeros(units, np.int32) if case["bias"] is None else case["bias"],
+            "output_zero_point": case["output_zero_point"], "act_min": case["act"][0], "act_max": case["act"][1]}
+
+
+def expect_dense(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    params = {**_dense_params(case), "multiplier": case["multiplier"], "shift": case["shift"]}
+    return 0, reference.dense(case["x"], _qnode("dense", {}, params, rounding))
+
+
+def expect_dense_double(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    params = {**_dense_params(case), "double_requant": (case["mantissa"], case["exponent"])}
+    return 0, reference.dense(case["x"], _qnode("dense", {}, params, rounding))
+
+
+def expect_requantize(case: dict, rounding: str):
+    return 0, expect_dense(_accumulators_as_biases(case), rounding)[1][0]
+
+
+def expect_requantize_double(case: dict, rounding: str):
+    return 0, expect_dense_double(_accumulators_as_biases(case), rounding)[1][0]
+
+
+def expect_clip(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    return 0, reference.clip(case["x"], _qnode("clip", {}, {"act_min": case["act"][0], "act_max": case["act"][1]}))
+
+
+def expect_lut(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    return 0, reference.lut(case["x"], _qnode("lut", {}, {"table": case["table"]}))
+
+
+def expect_concat(case: dict, rounding: str):
+    from byoc_int8 import reference
+
+    params = {"multiplier": case["multiplier"], "shift": case["shift"], "zero_points": case["zero_points"],
+              "output_zero_point": case["output_zero_point"]}
+    return 0, reference.concat(case["inputs"], _qnode("concat", {"axis": 1}, params, rounding, len(case["inputs"])))
+
+
+# The layout kernels move bytes: their reference is numpy's own operation on the stored tensor.
+def expect_transpose(case: dict, rounding: str):
+    return 0, case["x"].transpose(case["perm"]).ravel()
+
+
+def expect_slice(case: dict, rounding: str):
+    index = tuple(slice(b, b + (n - 1) * s + 1 if n else b, s) for b, s, n in
+                  zip(case["begin"], case["stride"], case["out_shape"]))
+    return 0, case["x"][index].ravel()
+
+
+def expect_pad(case: dict, rounding: str):
+    return 0, np.pad(case["x"], case["pads"], constant_values=case["value"]).ravel()
+
+
+def expect_quantize(case: dict, rounding: str):
+    from byoc_int8 import layout, qarith
+
+    x, scale = case["x"], np.float32(case["scale"])
+    with np.errstate(divide="ignore", over="ignore"):
+        usable = 0 < scale < np.inf and np.float32(1) / scale < np.inf
+    if not (usable and np.all(np.isfinite(x))):
+        return 1, None  # refused; the output is not specified
+    with np.errstate(over="ignore", invalid="ignore"):  # x / scale beyond float32: saturates
+        y = qarith.quantize_tensor(x, qarith.ActivationQuant(case["scale"], case["zero_point"]), rounding)
+    return 0, (layout.to_storage(y) if case["nchw"] else y).ravel()
+
+
+def expect_dequantize(case: dict, rounding: str):
+    from byoc_int8 import layout, qarith
+
+    x = layout.to_logical(case["x"]) if case["nchw"] else case["x"]
+    return 0, qarith.dequantize_tensor(x, qarith.ActivationQuant(case["scale"], case["zero_point"])).ravel()
+
+
+EXPECTS = {name: globals()[f"expect_{name}"] for name in CALLS}
+
+
+def expected(kernel: str, case: dict, rounding: str):
+    """(status, output) that the integer reference gives for a case; output None where the status
+    says the kernel refuses."""
+    return EXPECTS[kernel](case, rounding)
+
+
+def compare(got, want) -> str | None:
+    """None when (status, output) pairs agree bit for bit, else what differs."""
+    (status, out), (want_status, want_out) = got, want
+    if status != want_status:
+        return f"status {status}, expected {want_status}"
+    if want_out is None:
+        return None
+    out, want_out = np.asarray(out), np.asarray(want_out)
+    if out.shape != want_out.shape:
+        return f"output shape {out.shape}, expected {want_out.shape}"
+    if out.dtype.kind == "f":  # bit patterns, so that -0.0 and NaN count
+        same = out.view(np.int32) == want_out.astype(np.float32).view(np.int32)
+    else:
+        same = out == want_out
+    if same.all():
+        return None
+    bad = np.flatnonzero(~same.ravel())
+    first = bad[0]
+    index = np.unravel_index(first, out.shape)
+    return (f"{bad.size} of {out.size} outputs differ; first at {tuple(int(i) for i in index)}: "
+            f"{out.ravel()[first]!r}, expected {want_out.ravel()[first]!r}")
+
+
+def check(lib, kernel: str, case: dict) -> str | None:
+    """None when the C kernel in `lib` equals the integer reference on the case, else why not."""
+    return compare(run(lib, kernel, case), expected(kernel, case, lib.rounding))
+
+
+# ---- cases as source text (the fuzzer's regression tests) -----------------------------------
+
+
+def packed(text: str) -> np.ndarray:
+    """An array written by `array_source` in its compact form."""
+    return np.load(io.BytesIO(zlib.decompress(base64.b64decode(text))), allow_pickle=False)
+
+
+def array_source(a: np.ndarray) -> str:
+    if a.size <= 48 and a.dtype.kind in "iu":
+        return f"np.array({a.tolist()!r}, np.{a.dtype.name}).reshape({a.shape!r})"
+    buffer = io.BytesIO()
+    np.save(buffer, a, allow_pickle=False)
+    text = base64.b64encode(zlib.compress(buffer.getvalue(), 9)).decode()
+    lines = [text[i : i + 88] for i in range(0, len(text), 88)]
+    return "packed(\n" + "\n".join(f'        "{line}"' for line in lines) + ")"
+
+
+def value_source(value) -> str:
+    if isinstance(value, np.ndarray):
+        return array_source(value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, np.ndarray) for v in value):
+        return "[" + ", ".join(value_source(v) for v in value) + "]"
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    if isinstance(value, float):
+        return f"float.fromhex({value.hex()!r})" if value == value and abs(value) != math.inf else repr(value)
+    return repr(value)
+
+
+def case_source(case: dict) -> str:
+    """The case as a Python dict literal (numpy as np, `packed` from this module)."""
+    return "{\n" + "".join(f"    {key!r}: {value_source(value)},\n" for key, value in case.items()) + "}"
+
+
+# ---- replaying cases in another process (sanitized kernels) ---------------------------------
+
+
+def replay(cases_file: str, results_file: str, libraries: list[str]) -> None:
+    """Runs pickled (kernel, case, expected) triples on libraries given as PATH:VARIANT:ROUNDING
+    (each triple on the libraries of its rounding) and pickles the mismatches. Announces each case
+    on stderr first, so that a sanitizer's report can be traced to the case that caused it."""
+    with open(cases_file, "rb") as f:
+        batches = pickle.load(f)  # {rounding: [(kernel, case, expected), ...]}
+    libs = {}
+    for spec in libraries:
+        path, variant, rounding = spec.rsplit(":", 2)
+        libs.setdefault(rounding, []).append(load(path, variant, rounding))
+    failures, runs = [], 0
+    for rounding, triples in batches.items():
+        for index, (kernel, case, want) in enumerate(triples):
+            for lib in libs.get(rounding, []):
+                print(f"replay: {kernel} #{index} on {lib.variant}-{rounding}", file=sys.stderr, flush=True)
+                problem = compare(run(lib, kernel, case), want)
+                runs += 1
+                if problem:
+                    failures.append((kernel, index, f"{lib.variant}-{rounding}", problem))
+    with open(results_file, "wb") as f:
+        pickle.dump({"runs": runs, "failures": failures}, f)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 5 or sys.argv[1] != "replay":
+        sys.exit("usage: kernel_calls.py replay CASES RESULTS PATH:VARIANT:ROUNDING...")
+    replay(sys.argv[2], sys.argv[3], sys.argv[4:])
