@@ -227,6 +227,7 @@ def requantize_double(acc: np.ndarray, real: np.ndarray | float) -> np.ndarray:
     precision (one IEEE rounding), then C's round() (ties away from zero). The kernels compute
     the same in integers from :func:`double_parts` (``b8_requantize_f64``)."""
     v = np.asarray(acc, dtype=np.int64).astype(np.float64) * np.asarray(real, dtype=np.float64)
+    v = np.clip(v, -(2.0**62), 2.0**62)  # far beyond int8 either way; keeps the int64 conversion defined
     whole = np.trunc(v)
     return (whole + np.where(np.abs(v - whole) >= 0.5, np.sign(v), 0)).astype(np.int64)
 

@@ -173,3 +173,11 @@ def test_layer_vectors_name_the_first_layer_with_an_injected_fault(tmp_path):
     found = subprocess.run([str(binary), "--layers", str(tmp_path / "vectors")], capture_output=True, text=True)
     assert found.returncode == 1
     assert re.search(rf"first differing layer: {faulty} \(node {faulty} \(ccompiler\.conv2d\w*\)\), byte \d+", found.stdout), found.stdout
+
+
+def test_exported_model_runs_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    model, calibration, golden = _workload("digits")
+    export_c(compile_model(model, calibration), tmp_path, golden)
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+    out = _build_and_run(tmp_path, "gcc", extra=flags)
+    assert "passed: 2 vectors, 0 failures" in out
