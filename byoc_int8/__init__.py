@@ -5,6 +5,19 @@ one loadable ``.so``) and :func:`evaluate` (the report). The stages are importab
 ``frontend``, ``partition``, ``calibrate``, ``quantize``, ``reference``, ``codegen``, ``build``.
 """
 
-from .pipeline import CompiledModel, compile_model, evaluate
+import os
+
+# A compiled library splits its convolutions, adds and max pools over TVM's thread pool, which
+# sizes itself once per calling thread, on first use, from TVM_NUM_THREADS (then OMP_NUM_THREADS);
+# with neither set TVM takes half of std::thread::hardware_concurrency() on x86-64 (it assumes
+# hyper-threading), i.e. one thread on a 2-core machine, and pins the calling thread to those
+# cores. Default to every core this process may run on instead; an explicit setting wins. It
+# takes effect if no TVM pool has started yet in this process (TVM reads it when the pool starts,
+# not when tvm is imported).
+if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["TVM_NUM_THREADS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                        else os.cpu_count() or 1)
+
+from .pipeline import CompiledModel, compile_model, evaluate  # noqa: E402
 
 __all__ = ["CompiledModel", "compile_model", "evaluate"]

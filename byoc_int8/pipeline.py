@@ -241,6 +241,7 @@ def evaluate(
         **accuracy,
         "compile_seconds": round(compiled.compile_seconds, 2),
         "latency_ms_median": _latency_ms(compiled, inputs[:1], latency_runs),
+        "threads": tvm.get_global_func("runtime.NumThreads")(),  # TVM's pool, as sized by byoc_int8/__init__.py
         "library": compiled.library_path,
         "layers": [e.to_dict() for e in layers],
         "warnings": warnings,

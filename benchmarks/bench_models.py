@@ -1,0 +1,533 @@
+"""byoc-int8 against ONNX Runtime and PyTorch, on the CNNs of the coverage table, in one process.
+
+    pip install -e '.[bench]'      # onnxruntime, onnx (without them their rows are left out)
+    python benchmarks/bench_models.py [--models resnet18,mobilenet_v2] [--threads 1,2]
+        [--blocks 5] [--runs 10] [--simd avx2] [--portable] [--batch 1] [--calib 16]
+
+Models: torchvision networks with random weights and randomized batch-norm statistics (as
+``benchmarks/coverage.py`` builds them), standard-normal inputs. Systems: byoc-int8 with each
+kernel build this CPU runs (``--simd`` picks some; the portable build only with ``--portable`` or
+``--simd portable``: it is slow), ONNX Runtime static QDQ int8 (per-channel int8 weights; uint8
+and int8 activations) and fp32, PyTorch FX int8 (x86 backend; "n/a" and the reason where it
+does not quantize the model) and PyTorch eager fp32.
+All of them calibrate on the same ``--calib`` inputs.
+
+Measurement: every (system, thread count) runs once per block, the blocks round-robin over them
+(the order rotated each block) so that a slow phase of the machine hits every system alike; per
+block a short warm-up, then ``--runs`` timed runs; the figure is the median of all per-run times.
+Columns: ms per image, the ratio to ONNX Runtime int8 (the faster of its u8 and s8 activation
+models at that thread count, marked "ref"), GMAC/s (convolution and linear MACs counted with
+forward hooks on the torch model), the share of the int8 peak of the ISA in use (measured by
+``benchmarks/int8_peak.c`` on this machine at the same thread count) and the cosine of the
+logits with the float model's. Medians move with the machine's load: compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,squeezenet1_1"
+BUILDS = ("avx512vnni", "avx2", "portable")  # byoc-int8 kernel builds, fastest first
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni")
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+
+
+def cpu_info() -> tuple[str, set[str]]:
+    model, flags = "?", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    return model, flags
+
+
+def allowed_cpus() -> set[int]:
+    return set(os.sched_getaffinity(0))
+
+
+def measure_peaks(threads: list[int]) -> tuple[dict[tuple[str, int], float], str]:
+    """GMAC/s per (ISA, threads) from benchmarks/int8_peak.c, compiled here with the system cc
+    (at -O1: GCC 12 at -O2 keeps stack copies of the accumulators inside the loop)."""
+    with tempfile.TemporaryDirectory(prefix="int8_peak") as tmp:
+        binary = Path(tmp) / "int8_peak"
+        cc = os.environ.get("CC", "cc")
+        try:
+            subprocess.run([cc, "-O1", "-pthread", str(HERE / "int8_peak.c"), "-o", str(binary)],
+                           check=True, capture_output=True, text=True)
+            out = subprocess.run([str(binary), *map(str, threads)], check=True, capture_output=True, text=True).stdout
+        except (OSError, subprocess.CalledProcessError) as err:
+            detail = getattr(err, "stderr", "") or str(err)
+            return {}, f"int8 peak not measured ({cc} failed: {detail.strip().splitlines()[-1] if detail.strip() else err})"
+    peaks = {}
+    for line in out.splitlines():
+        isa, n, gmacs = line.split()
+        peaks[(isa, int(n))] = float(gmacs)
+    return peaks, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Fairness: the whole affinity mask, threads that have gone to sleep
+
+
+ALL_CPUS: set[int] = set()
+
+
+def reset_affinity() -> None:
+    """TVM's pool pins the thread that starts (or reconfigures) it; threads created afterwards
+    (ONNX Runtime's, PyTorch's) inherit the calling thread's mask. Give it every allowed CPU."""
+    os.sched_setaffinity(0, ALL_CPUS)
+
+
+def _proc_task(tid: str, name: str) -> str:
+    with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/{name}") as f:
+        return f.read()
+    return ""  # the thread has ended
+
+
+def _thread_states() -> dict[int, str]:
+    """Scheduler state of each thread of this process ("R": running or runnable)."""
+    states = {}
+    for tid in os.listdir("/proc/self/task"):
+        stat = _proc_task(tid, "stat")
+        if stat:
+            states[int(tid)] = stat.rsplit(")", 1)[1].split()[0]
+    return states
+
+
+@dataclass
+class Quiesce:
+    """Wait until the process's other threads sleep: TVM's workers spin (sched_yield) up to
+    300000 times after their last task and OpenMP's threads spin too, which would take CPU from
+    the next system measured."""
+
+    waits: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0
+
+    def __call__(self, timeout: float = 1.0) -> None:
+        me, start, calm = threading.get_native_id(), time.perf_counter(), 0
+        while calm < 2:
+            busy = any(state == "R" for tid, state in _thread_states().items() if tid != me)
+            calm = 0 if busy else calm + 1
+            if time.perf_counter() - start > timeout:
+                self.timeouts += 1
+                break
+            time.sleep(0.002)
+        self.waits += 1
+        self.seconds += time.perf_counter() - start
+
+
+def affinity_summary() -> str:
+    masks: dict[str, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        for line in _proc_task(tid, "status").splitlines():
+            if line.startswith("Cpus_allowed_list"):
+                mask = line.split(":", 1)[1].strip()
+                masks[mask] = masks.get(mask, 0) + 1
+    return ", ".join(f"{n} on CPUs {mask}" for mask, n in sorted(masks.items(), key=lambda kv: -kv[1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def make_model(name: str):
+    import torch
+    from byoc_int8.models import BUILTIN_MODELS, randomize_batch_norm
+
+    if name in BUILTIN_MODELS:
+        spec = BUILTIN_MODELS[name]
+        return spec.make(), spec.input_shape
+    import torchvision
+
+    if not callable(getattr(torchvision.models, name, None)):
+        raise SystemExit(f"unknown model {name!r}: a built-in model or a torchvision.models classifier")
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None)
+    randomize_batch_norm(model, torch.Generator().manual_seed(1))
+    return model.eval(), (1, 3, 224, 224)
+
+
+def count_macs(model, shape) -> int:
+    """Multiply-accumulates of one image through the convolutions and linear layers."""
+    import torch
+
+    total = 0
+
+    def conv(module, _inputs, out):
+        nonlocal total
+        total += out[0].numel() * (module.in_channels // module.groups) * module.kernel_size[0] * module.kernel_size[1]
+
+    def linear(module, _inputs, out):
+        nonlocal total
+        total += out[0].numel() * module.in_features
+
+    hooks = [m.register_forward_hook(conv if isinstance(m, torch.nn.Conv2d) else linear)
+             for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    with torch.no_grad():
+        model(torch.zeros((1, *shape[1:])))
+    for hook in hooks:
+        hook.remove()
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Systems: each gives run() for a thread count, with its threads set explicitly.
+
+
+@dataclass
+class System:
+    name: str
+    kind: str  # "byoc", "ort-u8", "ort-s8", "ort-fp32", "torch-int8", "torch-fp32"
+    isa: str | None  # the int8 ISA whose peak it is compared with (None: float or portable)
+    runs: dict[int, Callable[[], object]] = field(default_factory=dict)  # threads -> one run
+    prepare: Callable[[int], None] = lambda threads: None  # sets the thread count before a block
+    note: str = ""  # why it does not run ("n/a (...)")
+
+
+def byoc_systems(model, calib, x, builds: list[str], threads: list[int], compile_seconds: dict) -> list[System]:
+    import torch
+    import tvm
+    from byoc_int8.pipeline import compile_model
+
+    configure = tvm.get_global_func("runtime.config_threadpool")
+    num_threads = tvm.get_global_func("runtime.NumThreads")
+
+    def prepare(n: int) -> None:
+        configure(1, n)  # TVM's pool splits each parallel op into n tasks, the main thread runs one
+        assert num_threads() == n, (num_threads(), n)
+
+    systems = []
+    for simd in builds:
+        start = time.perf_counter()
+        compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd)
+        compile_seconds[simd] = time.perf_counter() - start
+        main, tensor = compiled.vm["main"], tvm.runtime.tensor(x)
+
+        def run(main=main, tensor=tensor, compiled=compiled):  # compiled: keeps its library alive
+            out = main(tensor)
+            while not hasattr(out, "numpy"):
+                out = out[0]
+            return out
+
+        systems.append(System(f"byoc-int8 {simd}", "byoc", None if simd == "portable" else simd,
+                              {t: run for t in threads}, prepare))
+    return systems
+
+
+def ort_systems(model, calib, x, workdir: str, threads: list[int], best_isa: str | None) -> list[System]:
+    try:
+        import onnxruntime as ort
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError:
+        return []
+    import torch
+
+    fp32 = os.path.join(workdir, "model.onnx")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.from_numpy(x),), fp32, input_names=["input"], output_names=["output"],
+                          dynamo=False, opset_version=17, dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    prepared = os.path.join(workdir, "model_pre.onnx")
+    quant_pre_process(fp32, prepared)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.samples = iter([{"input": s[None]} for s in calib])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    paths = {"ort-fp32": fp32}
+    for kind, activation in (("ort-u8", QuantType.QUInt8), ("ort-s8", QuantType.QInt8)):
+        paths[kind] = os.path.join(workdir, f"model_{activation.name}.onnx")
+        with contextlib.redirect_stdout(sys.stderr):
+            quantize_static(prepared, paths[kind], Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=activation, weight_type=QuantType.QInt8)
+
+    def session(path: str, n: int):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = n  # the calling thread included
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        reset_affinity()  # its threads start now and inherit this thread's mask
+        created = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        return lambda: created.run(None, {"input": x})[0]
+
+    names = {"ort-u8": "onnxruntime int8 u8-act", "ort-s8": "onnxruntime int8 s8-act", "ort-fp32": "onnxruntime fp32"}
+    return [System(names[kind], kind, None if kind == "ort-fp32" else best_isa, {t: session(path, t) for t in threads})
+            for kind, path in paths.items()]
+
+
+def torch_system(model, calib, x, threads: list[int], best_isa: str | None) -> System:
+    """PyTorch int8: FX graph mode post-training static quantization, x86 backend (fbgemm +
+    onednn), per-channel weights, calibrated on the same inputs."""
+    import torch
+
+    system = System("pytorch fx int8 x86", "torch-int8", best_isa, prepare=torch.set_num_threads)
+    try:
+        from torch.ao.quantization import get_default_qconfig_mapping
+        from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+        torch.backends.quantized.engine = "x86"
+        tensor = torch.from_numpy(x)
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            prepared = prepare_fx(model, get_default_qconfig_mapping("x86"), (tensor,))
+            for sample in calib:
+                prepared(torch.from_numpy(sample[None]))
+            quantized = convert_fx(prepared)
+            quantized(tensor)
+    except Exception as err:  # noqa: BLE001 - any failure is reported as n/a with its reason
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        system.note = f"n/a ({type(err).__name__}: {message})"[:200]
+        return system
+
+    def run():
+        with torch.no_grad():
+            return quantized(tensor)
+
+    system.runs = {t: run for t in threads}
+    return system
+
+
+def torch_fp32_system(model, x, threads: list[int]) -> System:
+    import torch
+
+    tensor = torch.from_numpy(x)
+
+    def run():
+        with torch.no_grad():
+            return model(tensor)
+
+    return System("pytorch fp32", "torch-fp32", None, {t: run for t in threads}, torch.set_num_threads)
+
+
+def as_numpy(out) -> np.ndarray:
+    return out.numpy() if hasattr(out, "numpy") else np.asarray(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+
+
+def measure(systems: list[System], threads: list[int], blocks: int, runs: int, quiesce: Quiesce) -> dict:
+    """Per-run seconds of every (system, threads), round-robin over them in `blocks` blocks."""
+    pairs = [(s, t) for t in threads for s in systems if not s.note]
+    times: dict[tuple[str, int], list[float]] = {(s.name, t): [] for s, t in pairs}
+    for block in range(-1, blocks):  # block -1: warm-up only
+        shift = max(block, 0) % max(len(pairs), 1)
+        for system, t in pairs[shift:] + pairs[:shift]:
+            run = system.runs[t]
+            system.prepare(t)
+            reset_affinity()
+            quiesce()
+            for _ in range(5 if block < 0 else 2):
+                as_numpy(run())
+            if block < 0:
+                continue
+            gc.disable()
+            try:
+                for _ in range(runs):
+                    start = time.perf_counter()
+                    as_numpy(run())
+                    times[(system.name, t)].append(time.perf_counter() - start)
+            finally:
+                gc.enable()
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated (default {DEFAULT_MODELS})")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    parser.add_argument("--blocks", type=int, default=5, help="round-robin blocks (default 5)")
+    parser.add_argument("--runs", type=int, default=10, help="timed runs per system per block (default 10)")
+    parser.add_argument("--simd", help="byoc-int8 kernel builds to run, comma-separated (default: every build "
+                                       "this CPU runs but portable)")
+    parser.add_argument("--portable", action="store_true", help="also the portable C build (slow)")
+    parser.add_argument("--batch", type=int, default=1, help="images per run (default 1)")
+    parser.add_argument("--calib", type=int, default=16, help="calibration inputs (default 16)")
+    parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    args = parser.parse_args()
+    models = [m for m in args.models.split(",") if m]
+    threads = sorted({int(t) for t in args.threads.split(",") if t})
+    if not threads or min(threads) < 1 or args.blocks < 1 or args.runs < 1 or args.batch < 1:
+        parser.error("thread counts, --blocks, --runs and --batch must be positive")
+
+    # TVM sizes its pool once, from TVM_NUM_THREADS, when the pool starts (the first parallel
+    # run); runtime.config_threadpool then sets any count up to that size, so one process
+    # measures every thread count. Set before byoc_int8 (whose default is every core) and tvm.
+    os.environ["TVM_NUM_THREADS"] = str(max(threads))
+    ALL_CPUS.update(allowed_cpus())
+
+    import torch
+
+    torch.set_num_interop_threads(1)
+    from byoc_int8.codegen.emit_c import SIMD_FLAGS
+    from byoc_int8.pipeline import cosine
+
+    model_name, flags = cpu_info()
+    runnable = [b for b in BUILDS if SIMD_FLAGS[b] <= flags]
+    if args.simd:
+        builds = [b for b in args.simd.split(",") if b]
+        unknown = [b for b in builds if b not in SIMD_FLAGS]
+        if unknown:
+            parser.error(f"unknown kernel build(s) {', '.join(unknown)}: choose from {', '.join(BUILDS)}")
+        skipped = [b for b in builds if b not in runnable]
+        for b in skipped:
+            print(f"byoc-int8 {b}: this CPU lacks {', '.join(sorted(SIMD_FLAGS[b] - flags))}; not run")
+        builds = [b for b in builds if b in runnable]
+    else:
+        builds = [b for b in runnable if b != "portable" or args.portable]
+    best_isa = next((isa for isa in ("avx512vnni", "avx2") if SIMD_FLAGS[isa] <= flags), None)
+
+    print("# byoc-int8 vs ONNX Runtime vs PyTorch\n")
+    print(f"CPU: {model_name}; {len(ALL_CPUS)} CPUs allowed of {os.cpu_count()}; int8 ISA flags: "
+          f"{' '.join(f for f in ISA_FLAGS if f in flags) or 'none'}")
+    print(f"byoc-int8 kernel builds run: {', '.join(builds) or 'none'} (this CPU runs: {', '.join(runnable)})")
+    try:
+        import onnxruntime
+
+        ort_version = onnxruntime.__version__
+    except ImportError:
+        ort_version = "not installed (pip install -e '.[bench]'): its rows are left out"
+    print(f"versions: onnxruntime {ort_version}, torch {torch.__version__}, batch {args.batch}, "
+          f"threads {','.join(map(str, threads))}, {args.blocks} blocks x {args.runs} runs\n")
+
+    load_start = os.getloadavg()[0]
+    print(f"load average at the start: {load_start:.1f} on {len(ALL_CPUS)} CPUs"
+          + (" (other work is running: timings and peaks are noisy)" if load_start > 0.5 else "") + "\n")
+    peaks, peak_error = measure_peaks(threads)
+    if peaks:
+        print("int8 MAC peak, GMAC/s (benchmarks/int8_peak.c; avx2 = vpmaddubsw+vpmaddwd+vpaddd, "
+              "avx512vnni = vpdpbusd zmm, avxvnni = vpdpbusd ymm):\n")
+        isas = sorted({isa for isa, _ in peaks}, key=["avx2", "avxvnni", "avx512vnni"].index)
+        print("| ISA | " + " | ".join(f"{t} thread{'s' * (t > 1)}" for t in threads) + " |")
+        print("|---|" + "---:|" * len(threads))
+        for isa in isas:
+            print(f"| {isa} | " + " | ".join(f"{peaks.get((isa, t), float('nan')):.0f}" for t in threads) + " |")
+        print()
+    else:
+        print(peak_error + "\n")
+
+    quiesce = Quiesce()
+    rows, compile_rows, notes = [], [], []
+    for name in models:
+        model, shape = make_model(name)
+        macs = count_macs(model, shape)
+        rng = np.random.default_rng(4321)
+        x = rng.standard_normal((args.batch, *shape[1:]), dtype=np.float32)
+        calib = np.random.default_rng(1234).standard_normal((args.calib, *shape[1:]), dtype=np.float32)
+        with torch.no_grad():
+            reference = model(torch.from_numpy(x)).numpy()
+        print(f"{name}: {macs / 1e9:.3f} GMAC per image; preparing systems ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="bench_models") as workdir:
+            # ONNX Runtime's sessions first, before this model's TVM calls (their masks are reset
+            # anyway, before every session is created).
+            systems = ort_systems(model, calib, x, workdir, threads, best_isa)
+            if not args.no_torch:
+                systems += [torch_system(model, calib, x, threads, best_isa), torch_fp32_system(model, x, threads)]
+            compile_seconds: dict[str, float] = {}
+            systems = byoc_systems(model, calib, x, builds, threads, compile_seconds) + systems
+            for simd, seconds in compile_seconds.items():
+                compile_rows.append((name, simd, seconds))
+            outputs = {}
+            for system in systems:
+                if not system.note:
+                    system.prepare(threads[0])
+                    outputs[system.name] = as_numpy(system.runs[threads[0]]())
+            print(f"{name}: measuring ...", file=sys.stderr, flush=True)
+            times = measure(systems, threads, args.blocks, args.runs, quiesce)
+            affinity = affinity_summary()
+        for t in threads:
+            ms = {s.name: 1e3 * statistics.median(times[(s.name, t)]) / args.batch for s in systems if not s.note}
+            ort_int8 = [s.name for s in systems if s.kind in ("ort-u8", "ort-s8")]
+            ref = min(ort_int8, key=ms.__getitem__) if ort_int8 else None
+            for system in systems:
+                if system.note:
+                    rows.append((name, t, system.name, "n/a", "", "", "", "", system.note))
+                    continue
+                value = ms[system.name]
+                gmacs = macs / (value * 1e6)
+                peak = peaks.get((system.isa, t)) if system.isa else None
+                rows.append((
+                    name, t, system.name + (" (ref)" if system.name == ref else ""), f"{value:.2f}",
+                    f"{value / ms[ref]:.2f}" if ref else "-", f"{gmacs:.1f}",
+                    f"{100 * gmacs / peak:.0f}% {system.isa}" if peak else "-",
+                    f"{cosine(outputs[system.name], reference):.4f}", "",
+                ))
+        del systems
+        gc.collect()
+
+    print("| model | threads | system | ms/image | x ORT int8 | GMAC/s | % int8 peak | cosine vs fp32 |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if row[3] == "n/a":
+            print(f"| {row[0]} | {row[1]} | {row[2]} | n/a | | | | {row[8]} |")
+        else:
+            print("| " + " | ".join(map(str, row[:8])) + " |")
+    print("\nbyoc-int8 compile time (export, partition, calibration on "
+          f"{args.calib} inputs, codegen, C compile):\n")
+    print("| model | kernels | compile s |")
+    print("|---|---|---:|")
+    for name, simd, seconds in compile_rows:
+        print(f"| {name} | {simd} | {seconds:.1f} |")
+    print()
+    for note in notes:
+        print(f"- {note}")
+    print(f"- x ORT int8: ms/image over the faster of ONNX Runtime's u8- and s8-activation int8 models at the "
+          "same thread count (marked ref); below 1 is faster than ONNX Runtime.")
+    print(f"- % int8 peak: GMAC/s over int8_peak.c's GMAC/s at the same thread count, for the ISA of the "
+          f"byoc-int8 kernel build; ONNX Runtime / PyTorch int8 rows against the best int8 ISA here "
+          f"({best_isa}), which their kernels dispatch to; '-' for float and the portable build.")
+    print(f"- Threads: byoc-int8 through TVM's pool (TVM_NUM_THREADS={max(threads)} sizes it; "
+          "runtime.config_threadpool(1, n) before each block; its workers are pinned one per core by TVM, "
+          "the main thread gets the full mask back); ONNX Runtime intra_op_num_threads=n, inter_op 1, "
+          "sequential, session.intra_op/inter_op.allow_spinning=0; PyTorch torch.set_num_threads(n), "
+          "interop 1. n counts the calling thread in all three.")
+    print(f"- Affinity: the calling thread's mask is reset to all {len(ALL_CPUS)} allowed CPUs before "
+          "every session / pool configuration and every block; before each block the script waited until "
+          f"the process's other threads slept ({quiesce.waits} waits, {quiesce.seconds:.1f} s in all, "
+          f"{quiesce.timeouts} gave up after 1 s). Threads at the end of the last model: {affinity}.")
+    load_end = os.getloadavg()[0]
+    if max(load_start, load_end) > len(ALL_CPUS) / 2:
+        print(f"- The machine was busy (load average {load_start:.1f} at the start, {load_end:.1f} at the end, "
+              f"{len(ALL_CPUS)} CPUs): peaks measured under load can be low (a share over 100%), and "
+              "multi-thread runs that wait for every thread at each layer (OpenMP, TVM's pool) suffer most.")
+    print(f"- Peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB.")
+    if args.batch > 1:
+        print(f"- Batch {args.batch}: byoc-int8 compiles the model at that batch; ms/image = ms per run / "
+              f"{args.batch}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+/* The int8 multiply-accumulate peak of this machine, per ISA and thread count.
+ *
+ *     cc -O2 -pthread benchmarks/int8_peak.c -o int8_peak
+ *     ./int8_peak [threads ...]        (default: 1)
+ *
+ * prints one line per ISA the CPU runs and thread count: "<isa> <threads> <GMAC/s>", where a MAC
+ * is one u8 x s8 product added into an int32 accumulator (what an int8 convolution does):
+ *
+ *   avx2        vpmaddubsw (u8 x s8 -> pairs summed to s16) + vpmaddwd by ones (-> s32)
+ *               + vpaddd: 32 MACs per 256-bit triple, 6 independent triples per iteration
+ *   avxvnni     vpdpbusd ymm (VEX): 32 MACs per instruction, 12 accumulators
+ *   avx512vnni  vpdpbusd zmm: 64 MACs per instruction, 16 accumulators
+ *
+ * Each ISA's loop is compiled for that ISA alone (function target attributes), so the binary
+ * needs no -m flags and runs anywhere; an ISA the CPU lacks is skipped. The operands are
+ * loop-invariant, so an empty asm statement tells the compiler they change every iteration
+ * (no instruction is emitted for it): nothing is hoisted out of the loop. Each thread (pthreads,
+ * not pinned) runs the same number of iterations; GMAC/s = all MACs / wall time from a common
+ * start to the last thread's end, the best of 5 repetitions of ~0.2 s.
+ */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHANGES(v) __asm__ volatile("" : "+x"(v))
+#define CHANGES_Z(v) __asm__ volatile("" : "+v"(v))
+
+static volatile int64_t sink;
+
+/* Accumulators are named variables (not an array), so that they stay in registers at -O2. */
+#define REP4(X) X(0) X(1) X(2) X(3)
+#define REP6(X) REP4(X) X(4) X(5)
+#define REP12(X) REP6(X) X(6) X(7) X(8) X(9) X(10) X(11)
+#define REP16(X) REP12(X) X(12) X(13) X(14) X(15)
+
+/* 6 accumulators; operands from 2 x 3 registers so that no two products are the same value. */
+__attribute__((target("avx2"))) static void avx2_loop(uint64_t iters) {
+  __m256i a0 = _mm256_set1_epi8(3), a1 = _mm256_set1_epi8(5);
+  __m256i b0 = _mm256_set1_epi8(-7), b1 = _mm256_set1_epi8(11), b2 = _mm256_set1_epi8(13);
+  const __m256i ones = _mm256_set1_epi16(1);
+#define DECL(k) __m256i c##k = _mm256_set1_epi32(k);
+  REP6(DECL)
+#undef DECL
+#define MAC(acc, a, b) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
+  for (uint64_t i = 0; i < iters; ++i) {
+    CHANGES(a0); CHANGES(a1); CHANGES(b0); CHANGES(b1); CHANGES(b2);
+    MAC(c0, a0, b0); MAC(c1, a0, b1); MAC(c2, a0, b2);
+    MAC(c3, a1, b0); MAC(c4, a1, b1); MAC(c5, a1, b2);
+  }
+#undef MAC
+  __m256i s = _mm256_setzero_si256();
+#define SUM(k) s = _mm256_add_epi32(s, c##k);
+  REP6(SUM)
+#undef SUM
+  sink += _mm256_extract_epi32(s, 0);
+}
+
+__attribute__((target("avx2,avxvnni"))) static void avxvnni_loop(uint64_t iters) {
+  __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-7);
+#define DECL(k) __m256i c##k = _mm256_set1_epi32(k);
+  REP12(DECL)
+#undef DECL
+  for (uint64_t i = 0; i < iters; ++i) {
+    CHANGES(a); CHANGES(b);
+#define MAC(k) c##k = _mm256_dpbusd_avx_epi32(c##k, a, b);
+    REP12(MAC)
+#undef MAC
+  }
+  __m256i s = _mm256_setzero_si256();
+#define SUM(k) s = _mm256_add_epi32(s, c##k);
+  REP12(SUM)
+#undef SUM
+  sink += _mm256_extract_epi32(s, 0);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void avx512vnni_loop(uint64_t iters) {
+  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-7);
+#define DECL(k) __m512i c##k = _mm512_set1_epi32(k);
+  REP16(DECL)
+#undef DECL
+  for (uint64_t i = 0; i < iters; ++i) {
+    CHANGES_Z(a); CHANGES_Z(b);
+#define MAC(k) c##k = _mm512_dpbusd_epi32(c##k, a, b);
+    REP16(MAC)
+#undef MAC
+  }
+  __m512i s = _mm512_setzero_si512();
+#define SUM(k) s = _mm512_add_epi32(s, c##k);
+  REP16(SUM)
+#undef SUM
+  sink += _mm512_reduce_add_epi32(s);
+}
+
+typedef struct {
+  const char *name;
+  int (*supported)(void);
+  void (*loop)(uint64_t);
+  double macs_per_iter;
+} isa_t;
+
+static int has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static int has_avxvnni(void) {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+  return __builtin_cpu_supports("avxvnni");
+#else
+  unsigned a, b, c, d; /* CPUID.(EAX=7,ECX=1):EAX[4] */
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+  return has_avx2() && ((a >> 4) & 1);
+#endif
+}
+static int has_avx512vnni(void) {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+static const isa_t ISAS[] = {
+    {"avx2", has_avx2, avx2_loop, 6 * 32},
+    {"avxvnni", has_avxvnni, avxvnni_loop, 12 * 32},
+    {"avx512vnni", has_avx512vnni, avx512vnni_loop, 16 * 64},
+};
+
+typedef struct {
+  const isa_t *isa;
+  uint64_t iters;
+  pthread_barrier_t *start;
+} job_t;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static void *worker(void *arg) {
+  job_t *job = arg;
+  pthread_barrier_wait(job->start);
+  job->isa->loop(job->iters);
+  return NULL;
+}
+
+/* Seconds for `threads` threads to run `iters` iterations each. */
+static double timed(const isa_t *isa, int threads, uint64_t iters) {
+  pthread_t *ids = calloc(threads, sizeof *ids);
+  job_t *jobs = calloc(threads, sizeof *jobs);
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, threads + 1);
+  for (int t = 0; t < threads; ++t) {
+    jobs[t] = (job_t){isa, iters, &start};
+    pthread_create(&ids[t], NULL, worker, &jobs[t]);
+  }
+  pthread_barrier_wait(&start);
+  double begin = now();
+  for (int t = 0; t < threads; ++t) pthread_join(ids[t], NULL);
+  double seconds = now() - begin;
+  pthread_barrier_destroy(&start);
+  free(ids);
+  free(jobs);
+  return seconds;
+}
+
+int main(int argc, char **argv) {
+  int counts[64], n = 0;
+  for (int i = 1; i < argc && n < 64; ++i) {
+    counts[n] = atoi(argv[i]);
+    if (counts[n] < 1) {
+      fprintf(stderr, "usage: %s [threads ...]\n", argv[0]);
+      return 2;
+    }
+    ++n;
+  }
+  if (n == 0) counts[n++] = 1;
+  for (size_t k = 0; k < sizeof ISAS / sizeof ISAS[0]; ++k) {
+    const isa_t *isa = &ISAS[k];
+    if (!isa->supported()) continue;
+    /* Iterations for ~0.2 s on one thread (each thread runs as many). */
+    uint64_t iters = 1 << 16;
+    double seconds;
+    while ((seconds = timed(isa, 1, iters)) < 0.05) iters *= 2;
+    iters = (uint64_t)(iters * 0.2 / seconds) + 1;
+    for (int i = 0; i < n; ++i) {
+      double best = 0;
+      for (int rep = 0; rep < 5; ++rep) {
+        double gmacs = isa->macs_per_iter * iters * counts[i] / timed(isa, counts[i], iters) / 1e9;
+        if (gmacs > best) best = gmacs;
+      }
+      printf("%s %d %.1f\n", isa->name, counts[i], best);
+      fflush(stdout);
+    }
+  }
+  return 0;
+}
