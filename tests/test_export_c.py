@@ -100,22 +100,22 @@ def test_export_reproduces_the_library_bit_for_bit(exported):
     # test_model (above) also checks model_run_int8 on the golden vectors' int8 codes.
 
 
-@pytest.mark.parametrize("isa", sorted(CROSS))
-def test_export_is_bit_exact_on_other_isas_under_qemu(exported, isa):
-    _, _, directory, _, _ = exported
+# Every model on one other ISA at least, both ISAs for the small ones (the full matrix, every
+# model on both, passes too; it is left out to keep the suite short).
+CROSS_CASES = {"digits": ("aarch64", "riscv64"), "seed002": ("aarch64", "riscv64"), "resnet18": ("aarch64",),
+               "mobilenet_v2": ("riscv64",)}
+
+
+def test_export_is_bit_exact_on_other_isas_under_qemu(exported):
+    name, _, directory, _, _ = exported
+    for isa in CROSS_CASES[name]:
+        _run_cross(directory, isa)
+
+
+def _run_cross(directory, isa: str) -> None:
     compiler, emulator = CROSS[isa]
     assert shutil.which(emulator), f"{emulator} is not installed (scripts/test.sh installs it)"
     assert "passed: 2 vectors, 0 failures" in _build_and_run(directory, compiler, [emulator], ["-static"])
-
-
-def test_nonfinite_input_is_a_status_not_a_crash(exported):
-    name, _, directory, _, golden = exported
-    if name != "digits":
-        return
-    model = ExportedModel(directory)
-    x = golden[0].astype(np.float32).copy()
-    x.reshape(-1)[5] = np.nan
-    assert model.run(x)[0] == 2  # MODEL_ERROR_NONFINITE_INPUT
 
 
 def test_export_refuses_a_model_with_host_ops(tmp_path):
@@ -175,9 +175,13 @@ def test_layer_vectors_name_the_first_layer_with_an_injected_fault(tmp_path):
     assert re.search(rf"first differing layer: {faulty} \(node {faulty} \(ccompiler\.conv2d\w*\)\), byte \d+", found.stdout), found.stdout
 
 
-def test_exported_model_runs_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+def test_exported_model_runs_clean_under_sanitizers_and_reports_nonfinite_input(tmp_path):
     model, calibration, golden = _workload("digits")
     export_c(compile_model(model, calibration), tmp_path, golden)
     flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
-    out = _build_and_run(tmp_path, "gcc", extra=flags)
-    assert "passed: 2 vectors, 0 failures" in out
+    assert "passed: 2 vectors, 0 failures" in _build_and_run(tmp_path, "gcc", extra=flags)
+    model = ExportedModel(tmp_path)
+    x = golden[0].astype(np.float32).copy()
+    assert model.run(x)[0] == 0
+    x.reshape(-1)[5] = np.nan
+    assert model.run(x)[0] == 2  # MODEL_ERROR_NONFINITE_INPUT: a status, not a crash
