@@ -20,6 +20,8 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 from tvm.relax.frontend.torch import from_exported_program
 
+from .fold import fold_constants
+
 
 class ModelImportError(RuntimeError):
     """The model could not be captured or translated."""
@@ -126,10 +128,14 @@ def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
         mod = from_exported_program(program)
     except Exception as err:
         raise ModelImportError(f"TVM's PyTorch frontend could not translate the program: {err}") from err
-    mod = tvm.transform.Sequential(
-        [relax.transform.FoldBatchnormToConv2D(), relax.transform.FoldConstant()]
-    )(mod)
-    mod["main"] = _split_as_slices(_batch_norm_as_depthwise_conv(_fold_batch_norm_after_biased_conv(mod["main"])))
+    # Constants are folded in numpy first (fold.py: the same bytes, without TVM building each
+    # constant expression); FoldConstant takes whatever is left.
+    mod = relax.transform.FoldBatchnormToConv2D()(mod)
+    mod["main"] = fold_constants(mod["main"])
+    mod = relax.transform.FoldConstant()(mod)
+    mod["main"] = fold_constants(
+        _split_as_slices(_batch_norm_as_depthwise_conv(_fold_batch_norm_after_biased_conv(mod["main"])))
+    )
     mod = tvm.transform.Sequential(
         [
             relax.transform.FoldConstant(),
