@@ -18,11 +18,13 @@ import torch
 import tvm
 from tqdm import tqdm
 
+from . import qarith
+from .errors import CalibrationDataError
 from .graph import extract_graph, run_float
 from .host import HostOpRunner
 from .partition import region_functions, run_partitioned
 from .qarith import DEFAULT_FORMAT, NumberFormat
-from .quantize import RANGES_ATTR, annotate_region
+from .quantize import RANGES_ATTR, annotate_region, region_format
 
 # Values sampled per tensor and batch for the distribution-based calibrators: enough for a
 # 99.99th percentile or a 2048-bin histogram.
@@ -192,6 +194,7 @@ def calibrate(
     regions = region_functions(mod)
     graphs = {name: extract_graph(name, f) for name, f in regions.items()}
     stats = {name: [make_calibrator(method, **options) for _ in range(g.num_values)] for name, g in graphs.items()}
+    magnitudes = {name: [_Magnitudes() for _ in range(g.num_values)] for name, g in graphs.items()}
 
     if isinstance(samples, np.ndarray):
         samples = [samples[i : i + batch_size] for i in range(0, len(samples), batch_size)]
@@ -201,52 +204,144 @@ def calibrate(
         values = run_float(graph, args)
         for v, x in values.items():
             stats[name][v].observe(x)
+            magnitudes[name][v].observe(x)
         return [values[v] for v in graph.outputs]
 
     host = HostOpRunner()
     seen = 0
     total = len(samples) if hasattr(samples, "__len__") else None
     for batch in tqdm(samples, desc=f"calibrating ({method})", unit="batch", total=total, disable=not progress):
-        batch = np.asarray(batch, dtype=np.float32)
-        if batch.ndim == len(sample_shape):
-            batch = batch[None]
-        if tuple(batch.shape[1:]) != sample_shape:
-            raise ValueError(
-                f"calibration samples of shape {tuple(batch.shape[1:])}, the model's input "
-                f"{params[0].name} takes {sample_shape}"
-            )
-        if not np.isfinite(batch).all():
-            raise ValueError("calibration data contains NaN or infinity")
+        batch = _checked_batch(batch, sample_shape, params[0].name, seen)
         run_partitioned(mod, run_region, [torch.from_numpy(batch)], host.run_torch)
         seen += len(batch)
     if seen == 0:
-        raise ValueError("no calibration samples")
+        raise CalibrationDataError("no calibration samples: give at least one input of the model's shape "
+                                   f"{sample_shape} (stacked on axis 0)")
     mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)  # leave the caller's module alone
+    zeroed: dict[str, dict[int, float]] = {}
     for gv in list(mod.functions.keys()):
         if gv.name_hint in regions:
             ranges = {v: c.range() for v, c in enumerate(stats[gv.name_hint])}
             mod[gv] = annotate_region(mod[gv], ranges, number_format)
-    return mod
+            for v, (lo, hi) in ranges.items():
+                step = qarith.activation_quant(lo, hi, number_format.activations, number_format.scales).scale
+                share = magnitudes[gv.name_hint][v].share_below(step / 2)
+                if hi - lo >= DEGENERATE_RANGE and share > ZEROED_WARNING:
+                    zeroed.setdefault(gv.name_hint, {})[v] = share
+    return mod.with_attr(CALIBRATION_ATTR, json.dumps({"samples": seen, "zeroed": zeroed}))
+
+
+def _checked_batch(batch, sample_shape: tuple[int, ...], input_name: str, first: int) -> np.ndarray:
+    """One batch of calibration samples (or one sample) as float32 (N, *sample_shape), refused
+    (:class:`CalibrationDataError`) when it is not of the model's input shape or holds a value
+    that is not finite; samples are counted from `first` in the messages."""
+    try:
+        batch = np.asarray(batch, dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise CalibrationDataError(f"calibration sample {first}: not an array of numbers ({err})") from None
+    if batch.ndim == len(sample_shape):
+        batch = batch[None]
+    if tuple(batch.shape[1:]) != sample_shape:
+        raise CalibrationDataError(
+            f"calibration samples of shape {tuple(batch.shape[1:])}, the model's input {input_name} takes "
+            f"{sample_shape} (from sample {first} on)"
+        )
+    finite = np.isfinite(batch.reshape(len(batch), -1)).all(axis=1)
+    if not finite.all():
+        bad = int(np.argmin(finite))
+        what = "NaN" if np.isnan(batch[bad]).any() else "an infinity (or a value beyond float32's range)"
+        raise CalibrationDataError(f"calibration sample {first + bad} contains {what}")
+    return batch
+
+
+class _Magnitudes:
+    """A bounded, deterministic random sample of one tensor's nonzero |x|, to tell after
+    calibration how many of its values the int8 step rounds to 0."""
+
+    PER_BATCH, LIMIT = 1 << 12, 1 << 14
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.count = 0
+        self._generator = torch.Generator().manual_seed(0)
+
+    def observe(self, x: torch.Tensor) -> None:
+        if self.count >= self.LIMIT:
+            return
+        flat = x.detach().reshape(-1)
+        if flat.numel() > self.PER_BATCH:
+            flat = flat[torch.randint(0, flat.numel(), (self.PER_BATCH,), generator=self._generator)]
+        flat = flat.abs()
+        flat = flat[flat > 0].numpy()
+        self.parts.append(flat)
+        self.count += flat.size
+
+    def share_below(self, threshold: float) -> float:
+        """The share of the sampled nonzero magnitudes below `threshold` (0 with no sample)."""
+        values = np.concatenate(self.parts) if self.parts else np.zeros(0)
+        return float(np.mean(values < threshold)) if values.size else 0.0
 
 
 # A calibrated range narrower than this gives a scale near the MIN_RANGE floor: the tensor is
 # (nearly) constant on the calibration data, and int8 cannot tell its values apart.
 DEGENERATE_RANGE = 1e-6
+# Module attribute with what calibration saw beyond the ranges (JSON): the number of samples, and
+# per region the tensors whose nonzero values mostly round to 0.
+CALIBRATION_ATTR = "byoc_int8_calibration"
+# Fewer calibration samples than this, and the ranges may not cover the inputs to come.
+FEW_SAMPLES = 8
+# Warn when more than this share of a tensor's nonzero values is below half its int8 step.
+ZEROED_WARNING = 0.5
+# A per-layer SQNR below this (dB) in the report: int8 noise is a third of the signal's RMS.
+LOW_SQNR_DB = 10.0
 
 
 def calibration_warnings(mod: tvm.IRModule) -> list[str]:
-    """What in a calibrated module puts accuracy at risk: tensors whose calibrated range is below
-    DEGENERATE_RANGE (all zeros on the calibration data, or vanishing), named by region and
-    layer."""
+    """What in a calibrated module puts accuracy at risk, named by region and layer: tensors
+    whose calibrated range is below DEGENERATE_RANGE (all zeros on the calibration data, or
+    vanishing), tensors most of whose nonzero values round to 0 (a range too wide for them: a
+    huge dynamic range), biases that do not fit their int32 encoding (saturated), and a
+    calibration on fewer than FEW_SAMPLES inputs."""
     warnings = []
+    seen = json.loads(str(mod.attrs[CALIBRATION_ATTR])) if mod.attrs is not None and CALIBRATION_ATTR in mod.attrs else {}
+    if seen and seen["samples"] < FEW_SAMPLES:
+        warnings.append(f"calibrated on {seen['samples']} input(s): ranges seen on so few inputs may clip others; "
+                        f"calibrate on at least {FEW_SAMPLES} representative inputs")
     for name, func in region_functions(mod).items():
         if func.attrs is None or RANGES_ATTR not in func.attrs:
             continue
         graph = extract_graph(name, func)
         labels = {v: f"input {i}" for i, v in enumerate(graph.inputs)}
         labels.update({n.output: f"{i} {n.composite.split('.', 1)[1]}" for i, n in enumerate(graph.nodes)})
-        for v, (lo, hi) in enumerate(json.loads(str(func.attrs[RANGES_ATTR]))):
+        ranges = json.loads(str(func.attrs[RANGES_ATTR]))
+        for v, (lo, hi) in enumerate(ranges):
             if hi - lo < DEGENERATE_RANGE:
                 what = "is 0 on every calibration input" if lo == hi == 0 else f"spans only [{lo:.3g}, {hi:.3g}]"
                 warnings.append(f"{name}: {labels[v]} {what}: its int8 values carry no information")
+        for v, share in seen.get("zeroed", {}).get(name, {}).items():
+            lo, hi = ranges[int(v)]
+            warnings.append(f"{name}: {labels[int(v)]}: {100 * share:.0f}% of its nonzero values round to 0 in int8 "
+                            f"(range [{lo:.3g}, {hi:.3g}] is too wide for them: a huge dynamic range)")
+        fmt = region_format(func)
+        for i, node in enumerate(graph.nodes):
+            if "weight" not in node.consts or "bias" not in node.consts:
+                continue
+            s_in = qarith.activation_quant(*ranges[node.inputs[0]], fmt.activations, fmt.scales).scale
+            _, s_w = qarith.quantize_weights(node.consts["weight"], fmt)
+            saturated = int((np.abs(node.consts["bias"].astype(np.float64).reshape(-1)) / (s_in * s_w) > 2**30).sum())
+            if saturated:
+                warnings.append(f"{name}: {labels[node.output]}: the bias of {saturated} output channel(s) exceeds its "
+                                f"int32 range at scale s_in * s_w (s_in = {s_in:.3g}) and is saturated")
     return warnings
+
+
+def layer_warnings(layers) -> list[str]:
+    """Layers (``layer_errors.LayerError``) whose int8 values are far from float: SQNR below
+    LOW_SQNR_DB, except tensors already warned about as degenerate (a range below
+    DEGENERATE_RANGE)."""
+    return [
+        f"{e.region}: {e.layer}: SQNR of int8 vs float is {e.sqnr_db:.1f} dB (below {LOW_SQNR_DB:.0f} dB): "
+        "accuracy is at risk here"
+        for e in layers
+        if e.sqnr_db < LOW_SQNR_DB and e.clip_range[1] - e.clip_range[0] >= DEGENERATE_RANGE
+    ]

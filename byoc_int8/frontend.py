@@ -9,8 +9,14 @@ there, so that the int8 weights and the model's scales stay visible to the QDQ c
 
 from __future__ import annotations
 
+import io
+import json
+import math
 import os
-from collections.abc import Sequence
+import pickle
+import re
+import zipfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +26,180 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 from tvm.relax.frontend.torch import from_exported_program
 
+from .errors import ModelFileError, ModelImportError, shown
 from .fold import fold_constants
 
 
-class ModelImportError(RuntimeError):
-    """The model could not be captured or translated."""
+# ---- validation of what a model file declares (a model file is input from outside) ----
+
+# The most elements one tensor may have: far beyond any CNN's (ResNet-18's largest activation
+# has 0.8 M), and small enough that every size and index the int32 kernels compute fits.
+MAX_TENSOR_ELEMENTS = 1 << 28
+
+
+def check_shape(shape: Iterable[int], what: str) -> None:
+    """Refuse (:class:`ModelFileError`, naming `what`) a negative dimension or more than
+    MAX_TENSOR_ELEMENTS elements. Works on the declared shape only: nothing is allocated."""
+    dims = [int(d) for d in shape]
+    if any(d < 0 for d in dims):
+        raise ModelFileError(f"{what} has a negative dimension: shape {tuple(dims)}")
+    if math.prod(dims) > MAX_TENSOR_ELEMENTS:
+        raise ModelFileError(f"{what} is too large: shape {tuple(dims)} has {math.prod(dims):,} elements, "
+                             f"more than the {MAX_TENSOR_ELEMENTS:,} byoc-int8 accepts")
+
+
+def _static_shape(expr) -> tuple[int, ...] | None:
+    """The static shape of a tensor-typed expression; None for other types and symbolic shapes."""
+    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
+    if values is None:
+        return None
+    try:
+        return tuple(int(d) for d in values)
+    except TypeError:  # a symbolic dimension
+        return None
+
+
+def check_module_sizes(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every tensor of an imported module (main's inputs, every bound value, every constant) has
+    non-negative dimensions and at most MAX_TENSOR_ELEMENTS elements, and main's inputs have
+    static, non-empty shapes; returns `mod`."""
+    for param in mod["main"].params:
+        shape = _static_shape(param)
+        if shape is None:
+            raise ModelFileError(f"the model's input {shown(param.name)} has no static shape ({param.ty}): "
+                                 "export the model with a fixed input shape")
+        check_shape(shape, f"the model's input {shown(param.name)}")
+        if 0 in shape:
+            raise ModelFileError(f"the model's input {shown(param.name)} is empty: shape {shape}")
+
+    def visit(expr) -> None:
+        if isinstance(expr, tvm.ir.GenericConst):
+            check_shape(expr.value.shape, "a constant of the model")
+        elif isinstance(expr, relax.Var):
+            shape = _static_shape(expr)
+            if shape is not None:
+                check_shape(shape, f"tensor {shown(expr.name)}")
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            for param in func.params:
+                visit(param)
+            relax.analysis.post_order_visit(func.body, visit)
+    return mod
+
+
+def check_pt2_archive(path: str | os.PathLike) -> None:
+    """Refuse a ``.pt2`` file before ``torch.export.load`` reads it if loading or using it would
+    run code the file carries, or if it declares absurd tensors.
+
+    torch 2.14's loader unpickles with ``weights_only=False`` the payloads an archive marks as
+    pickled and example inputs that the restricted unpickler refuses (so any Python code), loads
+    custom and opaque objects, evaluates symbolic shape expressions with ``sympy.sympify`` (which
+    evaluates Python), loads the shared objects of an AOTInductor package, and
+    ``ExportedProgram.module()`` compiles and runs the archive's guard code with ``exec`` and
+    writes parameter and buffer names unescaped into the Python code it generates and runs. Only
+    archives without any of these are accepted: static shapes, plain tensors, example inputs the
+    ``weights_only`` unpickler reads, names of ``[A-Za-z0-9_.]``. The declared size of every
+    tensor is checked (:func:`check_shape`): the loader allocates a declared shape for an empty
+    record."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"no such file: {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            # torch's reader drops the archive's top-level folder
+            entries = {name.split("/", 1)[1]: name for name in archive.namelist() if "/" in name}
+            _check_pt2_entries(path, entries, lambda name: archive.read(entries[name]))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, KeyError, RuntimeError) as err:
+        if isinstance(err, ModelFileError):
+            raise
+        raise ModelFileError(f"cannot read {path} as a torch.export archive (a .pt2 file from "
+                             f"torch.export.save): {err}") from None
+
+
+def _check_pt2_entries(path: Path, entries: dict, read) -> None:
+    from torch.export.pt2_archive import constants as pt2
+
+    def refuse(what: str) -> ModelFileError:
+        return ModelFileError(f"{path}: {what}; byoc-int8 loads only .pt2 files that run no code when loaded")
+
+    if pt2.ARCHIVE_FORMAT_PATH not in entries or read(pt2.ARCHIVE_FORMAT_PATH).decode(errors="replace").strip() != pt2.ARCHIVE_FORMAT_VALUE:
+        raise ModelFileError(f"{path} is not a torch.export archive: save the program with torch.export.save")
+    if any(name.startswith(pt2.AOTINDUCTOR_DIR) for name in entries):
+        raise refuse("it holds AOTInductor compiled code, which torch.export.load loads as a shared library")
+    models = [name for name in entries if name.startswith(pt2.MODELS_DIR) and name.endswith(".json")]
+    if not models:
+        raise ModelFileError(f"{path} holds no exported program (no {pt2.MODELS_DIR}*.json)")
+    for name in models:
+        program = json.loads(read(name))
+        if program.get("guards_code"):
+            raise refuse("it carries guard code (Python that ExportedProgram.module() executes)")
+        for key, value in _json_items(program):
+            if key == "as_expr":
+                raise refuse(f"it has symbolic shapes (expressions torch evaluates with sympy, e.g. "
+                             f"{shown(value.get('expr_str') if isinstance(value, dict) else value)}): export with static shapes")
+            if (key in _PT2_NAME_KEYS or key.endswith("_name")) and not _plain_names(value):
+                raise refuse(f"its {key} {shown(value)} is not a plain name (torch writes names into the "
+                             "Python code it generates for the program)")
+        tensors = program.get("graph_module", {}).get("graph", {}).get("tensor_values", {})
+        for tensor_name, meta in tensors.items():
+            check_shape(_pt2_sizes(meta), f"tensor {shown(tensor_name)} of {path.name}")
+        model = name[len(pt2.MODELS_DIR) : -len(".json")]
+        for config_name in (pt2.WEIGHTS_CONFIG_FILENAME_FORMAT.format(model), pt2.CONSTANTS_CONFIG_FILENAME_FORMAT.format(model)):
+            if config_name not in entries:
+                continue
+            for fqn, payload in json.loads(read(config_name)).get("config", {}).items():
+                path_name = str(payload.get("path_name", ""))
+                if not _plain_names(fqn):
+                    raise refuse(f"its tensor name {shown(fqn)} is not a plain name (torch writes names into the "
+                                 "Python code it generates for the program)")
+                if payload.get("use_pickle"):
+                    raise refuse(f"its tensor {shown(fqn)} is pickled (torch.export.load unpickles it with weights_only=False)")
+                if path_name.startswith((pt2.CUSTOM_OBJ_FILENAME_PREFIX, pt2.OPAQUE_OBJ_FILENAME_PREFIX)):
+                    raise refuse(f"its constant {shown(fqn)} is a pickled Python object")
+                if payload.get("tensor_meta") is not None:
+                    check_shape(_pt2_sizes(payload["tensor_meta"]), f"tensor {shown(fqn)} of {path.name}")
+        inputs = pt2.SAMPLE_INPUTS_FILENAME_FORMAT.format(model)
+        if inputs in entries:
+            try:
+                torch.load(io.BytesIO(read(inputs)), weights_only=True)
+            except (pickle.UnpicklingError, RuntimeError, ValueError, TypeError, EOFError, AttributeError) as err:
+                reason = next((line.strip() for line in str(err).splitlines() if "Unsupported global" in line),
+                              type(err).__name__)
+                raise refuse(f"its example inputs are not plain tensors (torch.export.load would unpickle them "
+                             f"with weights_only=False; {shown(reason, 120)})") from None
+
+
+# Keys of a serialized program whose values are names: tensor and node names, operator targets,
+# module paths, argument names (and every key ending in "_name": parameter_name, buffer_name ...).
+_PT2_NAME_KEYS = frozenset({"name", "target", "fqn", "forward_arg_names"})
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]*")
+
+
+def _plain_names(value) -> bool:
+    """A name (or a list of names) of letters, digits, ``_`` and ``.`` only: what torch itself
+    writes, and all that can appear in Python code torch generates without escaping."""
+    values = value if isinstance(value, list) else [value]
+    return all(isinstance(v, str) and _PLAIN_NAME.fullmatch(v) for v in values)
+
+
+def _json_items(value):
+    """Every (key, value) pair in a parsed JSON document."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                yield key, child
+                stack.append(child)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _pt2_sizes(meta: dict) -> list[int]:
+    """The sizes of a serialized tensor meta (symbolic sizes are refused before this is read)."""
+    sizes = meta.get("sizes", []) if isinstance(meta, dict) else []
+    return [int(size["as_int"]) if isinstance(size, dict) and "as_int" in size else 0 for size in sizes]
 
 
 def export_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: Sequence[torch.Tensor]) -> torch.export.ExportedProgram:
@@ -123,19 +298,41 @@ def _split_as_slices(func: relax.Function) -> relax.Function:
     return rewrite_call(pattern, rewrite, func)
 
 
+def _batched_linear_as_dense(func: relax.Function) -> relax.Function:
+    """TVM's frontend writes a linear layer over a rank-3 input (a per-position linear on
+    ``(N, L, C)``) as ``matmul(broadcast_to(x, x's own shape), W)`` with the weight broadcast to
+    ``(1, C, units)``: the broadcast moves nothing and the weight is one matrix, so it becomes
+    ``matmul(x, W[0])``, the dense layer (and bias add) that the dense composites take."""
+    data, weight = wildcard(), is_const()
+    broadcast = is_op("relax.broadcast_to")(data, wildcard())
+    pattern = is_op("relax.matmul")(broadcast, weight)
+
+    def rewrite(expr: relax.Expr, matches: dict) -> relax.Expr:
+        w = matches[weight].value.numpy()
+        shapes = [getattr(matches[p].ty, "shape", None) for p in (data, broadcast)]
+        if not all(isinstance(s, relax.ShapeExpr) for s in shapes):
+            return expr
+        same = [str(d) for d in shapes[0].values] == [str(d) for d in shapes[1].values]
+        if w.ndim <= 2 or any(d != 1 for d in w.shape[:-2]) or not same:
+            return expr
+        return relax.op.matmul(matches[data], relax.const(w.reshape(w.shape[-2:])), out_dtype=expr.attrs.out_dtype)
+
+    return rewrite_call(pattern, rewrite, func)
+
+
 def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
     try:
         mod = from_exported_program(program)
     except Exception as err:
-        raise ModelImportError(f"TVM's PyTorch frontend could not translate the program: {err}") from err
+        raise ModelImportError(f"TVM's PyTorch frontend could not translate the program: {_reason(err)}") from err
     # Constants are folded in numpy first (fold.py: the same bytes, without TVM building each
     # constant expression); FoldConstant takes whatever is left.
     mod = relax.transform.FoldBatchnormToConv2D()(mod)
     mod["main"] = fold_constants(mod["main"])
     mod = relax.transform.FoldConstant()(mod)
-    mod["main"] = fold_constants(
+    mod["main"] = fold_constants(_batched_linear_as_dense(
         _split_as_slices(_batch_norm_as_depthwise_conv(_fold_batch_norm_after_biased_conv(mod["main"])))
-    )
+    ))
     mod = tvm.transform.Sequential(
         [
             relax.transform.FoldConstant(),
@@ -146,7 +343,7 @@ def to_relax(program: torch.export.ExportedProgram) -> tvm.IRModule:
     # DeadCodeElimination keeps unused tuples (max_pool's (values, indices) pair, once its getter
     # is canonicalized away); left in, they would make a region export the values they hold.
     mod["main"] = relax.analysis.remove_all_unused(mod["main"])
-    return mod
+    return check_module_sizes(mod)
 
 
 def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_inputs: Sequence[torch.Tensor] = ()) -> tvm.IRModule:
@@ -154,10 +351,17 @@ def import_model(model: torch.nn.Module | torch.export.ExportedProgram, example_
     return to_relax(export_model(model, example_inputs))
 
 
+def _reason(err: Exception) -> str:
+    """An importer's exception in a few words: its type, and its message without traceback lines."""
+    lines = [line.strip() for line in str(err).splitlines()
+             if line.strip() and not line.startswith((" ", "\t", "Traceback", "File "))]
+    return f"{type(err).__name__}: {' '.join(lines)}" if lines else type(err).__name__
+
+
 def _load_bytes(path: str | os.PathLike, kind: str) -> bytes:
     path = Path(path)
     if not path.is_file():
-        raise ModelImportError(f"no such {kind} file: {path}")
+        raise ModelFileError(f"no such {kind} file: {path}")
     return path.read_bytes()
 
 
@@ -175,12 +379,32 @@ def import_tflite(path: str | os.PathLike) -> tvm.IRModule:
         _SUPPORTED_QUANTIZED_OPS = OperatorConverter._SUPPORTED_QUANTIZED_OPS | {"PAD", "PADV2"}
 
     buffer = _load_bytes(path, ".tflite")
+    if not tflite.Model.ModelBufferHasIdentifier(buffer, 0):
+        raise ModelFileError(f"{path} is not a TFLite model (no 'TFL3' flatbuffer identifier)")
+    model = tflite.Model.GetRootAsModel(buffer, 0)
+    _check_tflite(model, Path(path))
     try:
-        model = tflite.Model.GetRootAsModel(buffer, 0)
         mod = from_tflite(model, op_converter=Converter)
     except Exception as err:  # the flatbuffer reader and the converter raise many kinds
-        raise ModelImportError(f"TVM's TFLite frontend could not translate {path}: {err}") from err
-    return _own_dequantizes(mod)
+        raise ModelImportError(f"TVM's TFLite frontend could not translate {path}: {_reason(err)}") from err
+    return check_module_sizes(_own_dequantizes(mod))
+
+
+def _check_tflite(model, path: Path) -> None:
+    """The declared shape of every tensor of every subgraph (:func:`check_shape`), read before
+    TVM's importer builds anything."""
+    try:
+        for s in range(model.SubgraphsLength()):
+            subgraph = model.Subgraphs(s)
+            for t in range(subgraph.TensorsLength()):
+                tensor = subgraph.Tensors(t)
+                shape = tensor.ShapeAsNumpy() if tensor.ShapeLength() else []
+                name = (tensor.Name() or b"").decode("utf-8", errors="replace")
+                check_shape([int(d) for d in shape], f"tensor {shown(name)} of {path.name}")
+    except ModelFileError:
+        raise
+    except Exception as err:  # a corrupt flatbuffer: offsets out of range
+        raise ModelFileError(f"cannot read {path} as a TFLite model: {err}") from None
 
 
 @relax.expr_functor.mutator
@@ -211,10 +435,44 @@ def import_onnx(path: str | os.PathLike) -> tvm.IRModule:
         raise ModelImportError(f"reading .onnx models needs the 'onnx' package ({err})") from err
     buffer = _load_bytes(path, ".onnx")
     try:
-        mod = from_onnx(onnx.load_from_string(buffer), keep_params_in_input=False)
+        model = onnx.load_from_string(buffer)
+    except Exception as err:  # protobuf's DecodeError and others
+        raise ModelFileError(f"cannot read {path} as an ONNX model: {err}") from None
+    _check_onnx(model.graph, Path(path))
+    try:
+        mod = from_onnx(model, keep_params_in_input=False)
     except Exception as err:
-        raise ModelImportError(f"TVM's ONNX frontend could not translate {path}: {err}") from err
-    return _own_dequantizes(mod)
+        raise ModelImportError(f"TVM's ONNX frontend could not translate {path}: {_reason(err)}") from err
+    return check_module_sizes(_own_dequantizes(mod))
+
+
+def _check_onnx(graph, path: Path) -> None:
+    """Before TVM's importer converts anything: every initializer and constant holds its own data
+    (external data would make the importer read other files, by a path the model names) and
+    every declared shape passes :func:`check_shape`; subgraphs too."""
+    import onnx
+
+    def check_tensor(tensor, what: str) -> None:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data):
+            raise ModelFileError(f"{path}: {what} {shown(tensor.name)} keeps its data in an external file; "
+                                 "byoc-int8 reads only self-contained .onnx files")
+        check_shape(tensor.dims, f"{what} {shown(tensor.name)} of {path.name}")
+
+    for tensor in graph.initializer:
+        check_tensor(tensor, "initializer")
+    for sparse in graph.sparse_initializer:
+        check_tensor(sparse.values, "sparse initializer")
+        check_shape(sparse.dims, f"sparse initializer {shown(sparse.values.name)} of {path.name}")
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else 0 for d in value.type.tensor_type.shape.dim]
+            check_shape(dims, f"tensor {shown(value.name)} of {path.name}")
+    for node in graph.node:
+        for attribute in node.attribute:
+            for tensor in (*([attribute.t] if attribute.HasField("t") else []), *attribute.tensors):
+                check_tensor(tensor, f"constant of node {shown(node.name or node.op_type)}")
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                _check_onnx(subgraph, path)
 
 
 def _own_dequantizes(mod: tvm.IRModule) -> tvm.IRModule:

@@ -18,7 +18,8 @@ import tvm
 from tqdm import tqdm
 
 from . import build, peers, reference
-from .calibrate import DEGENERATE_RANGE, calibrate, calibration_warnings
+from .calibrate import DEGENERATE_RANGE, calibrate, calibration_warnings, layer_warnings
+from .errors import CalibrationDataError
 from .frontend import export_model, import_onnx, import_tflite, to_relax
 from .inputs import load_inputs
 from .layer_errors import LayerError, layer_errors
@@ -114,6 +115,8 @@ def compile_model(
     number_format = number_format or profile.number_format
     start = time.perf_counter()
     stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
+    if isinstance(calibration_data, np.ndarray) and calibration_data.size == 0:
+        raise CalibrationDataError(f"calibration data is empty (shape {calibration_data.shape})")
     if isinstance(calibration_data, np.ndarray) and not example_inputs:
         example_inputs = (torch.from_numpy(np.ascontiguousarray(calibration_data[:1], dtype=np.float32)),)
     mod = to_relax(export_model(model, example_inputs))
@@ -227,7 +230,7 @@ def evaluate(
         accuracy = {"float_accuracy": correct_float / len(inputs), "int8_accuracy": correct_int8 / len(inputs)}
     if layers is None:
         layers = layer_errors(compiled.module, inputs[:LAYER_ERROR_INPUTS])
-    warnings = calibration_warnings(compiled.module)
+    warnings = calibration_warnings(compiled.module) + layer_warnings(layers)
     if float_peak < DEGENERATE_RANGE:
         warnings.append(f"the float model's output is ~0 (max |y| = {float_peak:.3g}): its cosine with int8 means nothing")
     return {

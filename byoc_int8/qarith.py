@@ -262,7 +262,9 @@ class ActivationQuant:
     zero_point: int = 0
 
 
-# A tensor that is identically zero on the calibration data still needs a usable scale.
+# A range narrower than this is a tensor that is (about) 0 on the calibration data. It gets the
+# unit range [0, 1] instead: 0 stays exact, and a scale near MIN_RANGE would saturate the next
+# layer's int32 bias (at s_in * s_w) or make requantization factors of 2^30 and more.
 MIN_RANGE = 1e-8
 
 
@@ -277,8 +279,10 @@ def activation_quant(lo: float, hi: float, activations: str = "symmetric", scale
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"calibrated range is not finite: [{lo}, {hi}]")
     pow2 = power_of_two_above if scales == "power-of-two" else (lambda s: s)
+    if max(abs(lo), abs(hi)) < MIN_RANGE:
+        lo, hi = 0.0, 1.0
     if activations == "symmetric":
-        return ActivationQuant(pow2(max(abs(lo), abs(hi), MIN_RANGE) / INT8_MAX), 0)
+        return ActivationQuant(pow2(max(abs(lo), abs(hi)) / INT8_MAX), 0)
     if activations != "asymmetric":
         raise ValueError(f"unknown activations {activations!r}")
     lo, hi = min(lo, 0.0), max(hi, 0.0)

@@ -255,3 +255,61 @@ def output_quantization(path: str | Path) -> tuple[float, int]:
         raise ValueError(f"output {out!r} is produced by {node.op_type}, not DequantizeLinear")
     zero_point = int(inits[node.input[2]]) if len(node.input) > 2 and node.input[2] else 0
     return float(inits[node.input[1]]), zero_point
+
+
+# ----------------------------------------------------------------------------------------
+# Hand-built QDQ graphs (no exporter, no quantizer): every name and shape chosen by the caller
+# ----------------------------------------------------------------------------------------
+
+
+def build_qdq_conv(path: str | Path, name=lambda n: n, input_shape: tuple[int, ...] = (1, 3, 8, 8),
+                   channels: int = 4, softmax: bool = False, seed: int = 0) -> Path:
+    """Write a small QDQ model built node by node with ``onnx.helper`` and return its path:
+    float input -> QuantizeLinear -> DequantizeLinear -> 3x3 Conv (per-channel int8 weights and
+    an int32 bias, each through a DequantizeLinear) -> QuantizeLinear -> DequantizeLinear ->
+    float output, then a float Softmax over the channels when `softmax` (an op with no int8
+    composite). Every tensor, node and graph name is ``name(<plain name>)``, so a test can give
+    the model names that hold anything (quotes, newlines, ``*/``, ``#include``). Weights, bias
+    and scales are a pure function of `seed`."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    c_in = input_shape[1]
+    weight = rng.integers(-127, 128, (channels, c_in, 3, 3)).astype(np.int8)
+    weight_scale = (rng.uniform(0.5, 1.5, channels) / (127 * 3 * c_in)).astype(np.float32)
+    x_scale, y_scale = np.float32(4.0 / 255), np.float32(3.0 / 255)
+    bias = rng.integers(-300, 300, channels).astype(np.int32)
+    constants = {
+        "x_scale": np.array(x_scale), "x_zero_point": np.array(0, np.int8),
+        "w": weight, "w_scale": weight_scale, "w_zero_point": np.zeros(channels, np.int8),
+        "b": bias, "b_scale": (x_scale * weight_scale).astype(np.float32), "b_zero_point": np.zeros(channels, np.int32),
+        "y_scale": np.array(y_scale), "y_zero_point": np.array(-20, np.int8),
+    }
+    initializers = [numpy_helper.from_array(value, name(key)) for key, value in constants.items()]
+    n = name
+    nodes = [
+        helper.make_node("QuantizeLinear", [n("input"), n("x_scale"), n("x_zero_point")], [n("x_q")], name=n("quantize_input")),
+        helper.make_node("DequantizeLinear", [n("x_q"), n("x_scale"), n("x_zero_point")], [n("x_dq")], name=n("dequantize_input")),
+        helper.make_node("DequantizeLinear", [n("w"), n("w_scale"), n("w_zero_point")], [n("w_dq")], name=n("dequantize_weight"), axis=0),
+        helper.make_node("DequantizeLinear", [n("b"), n("b_scale"), n("b_zero_point")], [n("b_dq")], name=n("dequantize_bias"), axis=0),
+        helper.make_node("Conv", [n("x_dq"), n("w_dq"), n("b_dq")], [n("conv")], name=n("conv"), pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", [n("conv"), n("y_scale"), n("y_zero_point")], [n("y_q")], name=n("quantize_output")),
+        helper.make_node("DequantizeLinear", [n("y_q"), n("y_scale"), n("y_zero_point")], [n("y")], name=n("dequantize_output")),
+    ]
+    out_shape = (input_shape[0], channels, *input_shape[2:])
+    output = n("y")
+    if softmax:
+        nodes.append(helper.make_node("Softmax", [n("y")], [n("probabilities")], name=n("softmax"), axis=1))
+        output = n("probabilities")
+    graph = helper.make_graph(
+        nodes, n("graph"),
+        [helper.make_tensor_value_info(n("input"), TensorProto.FLOAT, list(input_shape))],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, list(out_shape))],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name=n("producer"))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    return path

@@ -304,6 +304,41 @@ def _write_activation_tflites(directory: Path) -> None:
             (directory / f"{name}_{span}.tflite").write_bytes(convert_int8(model, calibration))
 
 
+def patch_tensors(source: str | os.PathLike[str], target: str | os.PathLike[str],
+                  names: Callable[[int, str], str] | None = None,
+                  shapes: dict[int, tuple[int, ...]] | None = None) -> Path:
+    """Copy the .tflite file `source` to `target` with tensor names and shapes overwritten in
+    place, without TensorFlow: ``names(index, old name)`` gives each tensor's new name (encoded as
+    UTF-8, cut or padded with ``_`` to the old name's length), `shapes` maps a tensor index to a
+    new shape of the same rank. A flatbuffer string or vector keeps its size, so the copy is a
+    valid model of the same structure: how tests craft model files that hold odd names (quotes,
+    newlines, ``*/``, ``#include``) or absurd shapes."""
+    import tflite
+
+    data = bytearray(Path(source).read_bytes())
+    model = tflite.Model.GetRootAsModel(bytes(data), 0)
+    subgraph = model.Subgraphs(0)
+    for index in range(subgraph.TensorsLength()):
+        table = subgraph.Tensors(index)._tab
+        if names is not None and table.Offset(10):
+            at = table.Offset(10) + table.Pos
+            at += int.from_bytes(data[at : at + 4], "little")  # the string: length, then bytes
+            length = int.from_bytes(data[at : at + 4], "little")
+            old = bytes(data[at + 4 : at + 4 + length]).decode()
+            new = names(index, old).encode()[:length].ljust(length, b"_")
+            data[at + 4 : at + 4 + length] = new
+        if shapes is not None and index in shapes:
+            vector = table.Vector(table.Offset(4))
+            rank = table.VectorLen(table.Offset(4))
+            if len(shapes[index]) != rank:
+                raise ValueError(f"tensor {index} has rank {rank}, not {len(shapes[index])}")
+            for j, dim in enumerate(shapes[index]):
+                data[vector + 4 * j : vector + 4 * j + 4] = int(dim).to_bytes(4, "little", signed=True)
+    target = Path(target)
+    target.write_bytes(bytes(data))
+    return target
+
+
 def _write_tflite(name: str, path: Path, float_io: bool) -> None:
     model = build_keras(name)
     calibration = calibration_data(tuple(model.inputs[0].shape))
