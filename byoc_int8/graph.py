@@ -93,6 +93,16 @@ def _calls(func: relax.Function) -> dict[str, relax.Call]:
     return calls
 
 
+def _operands(func: relax.Function, call: relax.Call, inputs: list[int]) -> list[int]:
+    """The values that `call`, the op of a composite whose operands are all its parameters, reads
+    in order (a concat's tuple fields). A composite has one parameter per distinct value, so an op
+    that reads a value twice (``cat([a, b, a])``, ``a + a``, ``a * a``) has fewer parameters than
+    operands."""
+    value_of = dict(zip(func.params, inputs))
+    args = call.args[0].fields if isinstance(call.args[0], relax.Tuple) else call.args
+    return [value_of[a] for a in args]
+
+
 def _const(expr: relax.Expr, what: str) -> np.ndarray:
     if not isinstance(expr, tvm.ir.GenericConst):
         raise UnsupportedCompositeError(f"{what} is not a constant")
@@ -166,10 +176,11 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
                  "ceil_mode": False, "count_include_pad": False}
         return Node("avg_pool2d", inputs, output, attrs)
     if kind.startswith("mul"):  # the full tensor first, a broadcast gate second
-        full_first = sorted(inputs, key=lambda v: -int(np.prod(shapes[v])))
+        operands = _operands(func, calls["relax.multiply"], inputs)
+        full_first = sorted(operands, key=lambda v: -int(np.prod(shapes[v])))
         return Node("mul", full_first, output, {"clip": act})
     if kind.startswith("add"):
-        return Node("add", inputs, output, {"clip": act})
+        return Node("add", _operands(func, calls["relax.add"], inputs), output, {"clip": act})
     if kind in ("relu", "clip"):
         return Node("clip", inputs, output, {"clip": act})
     if kind == "global_avg_pool2d":
@@ -187,7 +198,8 @@ def _node_from_composite(kind: str, func: relax.Function, inputs: list[int], out
     if kind == "transpose":
         return Node("transpose", inputs, output, {"axes": _ints(calls["relax.permute_dims"].attrs.axes)})
     if kind == "concat":
-        return Node("concat", inputs, output, {"axis": int(calls["relax.concat"].attrs.axis)})
+        concat = calls["relax.concat"]
+        return Node("concat", _operands(func, concat, inputs), output, {"axis": int(concat.attrs.axis)})
     if kind == "slice":
         begin, end, stride = slice_bounds(calls["relax.strided_slice"])
         return Node("slice", inputs, output, {"begin": begin, "end": end, "stride": stride})

@@ -24,6 +24,7 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 from . import profiles
+from .qarith import MAX_DOT_TERMS
 
 # Largest tensor rank of the layout kernels (B8_MAX_RANK in byoc_int8.h).
 MAX_RANK = 6
@@ -81,13 +82,14 @@ def _tensor_problem(expr: relax.Expr, what: str, rank: int | None = None) -> str
     return None
 
 
-def _channel_bias_problem(bias: relax.Expr, channels: int, rank: int) -> str | None:
-    """A bias must hold one value per channel, the channel axis being 1 of the op's output."""
+def _channel_bias_problem(bias: relax.Expr, channels: int, rank: int, channel_axis: int = 1) -> str | None:
+    """A bias must hold one value per channel, on the channel axis of the op's output (1 for a
+    conv2d, the last for a dense layer)."""
     shape = _static_shape(bias)
     if shape is None or len(shape) > rank:
         return f"bias of shape {shape} does not broadcast over a rank-{rank} output"
     padded = (1,) * (rank - len(shape)) + shape
-    if padded != tuple(channels if axis == 1 else 1 for axis in range(rank)):
+    if padded != tuple(channels if axis == channel_axis % rank else 1 for axis in range(rank)):
         return f"bias of shape {shape} is not one value per output channel ({channels})"
     return None
 
@@ -106,8 +108,11 @@ def _check_conv2d(ctx: PatternCheckContext) -> str | None:
     out_c, group_in = _static_shape(conv.args[1])[:2]
     if in_c % groups or out_c % groups or group_in * groups != in_c:
         return f"conv2d groups={groups} do not divide {in_c} input / {out_c} output channels"
+    patch = math.prod(_static_shape(conv.args[1])[1:])
+    if patch > MAX_DOT_TERMS:
+        return f"conv2d dot products of {patch} terms (more than {MAX_DOT_TERMS} could overflow the int32 accumulator)"
     if "bias" in ctx.annotated_expr:
-        return _channel_bias_problem(ctx.annotated_expr["bias"], out_c, 4)
+        return _channel_bias_problem(ctx.annotated_expr["bias"], out_c, 4) or _activation_problem(ctx)
     return _activation_problem(ctx)
 
 
@@ -309,9 +314,12 @@ def _check_dense(ctx: PatternCheckContext) -> str | None:
         return problem
     if len(_static_shape(matmul.args[0])) not in (2, 3):
         return f"dense over a rank-{len(_static_shape(matmul.args[0]))} input (2 or 3 only)"
+    depth = _static_shape(matmul.args[1])[0]
+    if depth > MAX_DOT_TERMS:
+        return f"dense dot products of {depth} terms (more than {MAX_DOT_TERMS} could overflow the int32 accumulator)"
     if "bias" in ctx.annotated_expr:
         units = _static_shape(matmul.args[1])[1]
-        problem = _channel_bias_problem(ctx.annotated_expr["bias"], units, len(_static_shape(matmul.args[0])))
+        problem = _channel_bias_problem(ctx.annotated_expr["bias"], units, len(_static_shape(matmul.args[0])), -1)
     return problem or _activation_problem(ctx)
 
 

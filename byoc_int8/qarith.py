@@ -63,6 +63,11 @@ import numpy as np
 
 INT8_MIN, INT8_MAX = -128, 127
 WEIGHT_MAX = 127
+# Largest dot-product length: with |int8 x int8| <= 2^14 and a bias below 2^30, 2^15 terms keep
+# the int32 accumulator clear of overflow, also for the AVX-512 VNNI kernels, which accumulate
+# (a + 128) x w for signed activations (at most 255 x 127 x 2^15 < 2^31).
+MAX_DOT_TERMS = 1 << 15
+
 # Left shift applied to both inputs of an add before rescaling (TFLite uses 20 for int8).
 ADD_LEFT_SHIFT = 20
 
@@ -309,7 +314,7 @@ def quantize_weights(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) ->
 def quantize_bias(bias: np.ndarray, input_scale: float, weight_scales: np.ndarray) -> np.ndarray:
     """int32 bias at scale input_scale * weight_scale[c], saturated to +-2^30.
 
-    The bound leaves room for the dot product in the int32 accumulator (see quantize.MAX_PATCH);
+    The bound leaves room for the dot product in the int32 accumulator (see MAX_DOT_TERMS);
     a bias that large would dwarf every product anyway.
     """
     q = np.rint(bias.astype(np.float64) / (input_scale * weight_scales))

@@ -59,6 +59,16 @@ class QGraph:
 
 def activation_quants(graph: Graph, ranges: dict[int, tuple[float, float]], fmt: qarith.NumberFormat) -> dict[int, qarith.ActivationQuant]:
     """Scale and zero point of every value: calibrated, except where an op keeps its input's."""
+    # A pad keeps its input's encoding, which must then also hold the pad value (F.pad(relu(x),
+    # value=-1) pads with -1 where x >= 0): widen the calibrated range of its input, and back
+    # through a chain of ops that keep their input's encoding, to the value that sets it.
+    extra: dict[int, list[float]] = {}
+    for node in reversed(graph.nodes):
+        if node.op in SCALE_PRESERVING:
+            wanted = extra.get(node.output, []) + ([float(node.attrs["value"])] if "value" in node.attrs else [])
+            if wanted:
+                extra.setdefault(node.inputs[0], []).extend(wanted)
+    ranges = {v: (min(lo, *extra.get(v, [lo])), max(hi, *extra.get(v, [hi]))) for v, (lo, hi) in ranges.items()}
     quants: dict[int, qarith.ActivationQuant] = {}
     for value in graph.inputs:
         quants[value] = qarith.activation_quant(*ranges[value], fmt.activations, fmt.scales)
@@ -78,10 +88,7 @@ def _act_range(node: Node, q_out: qarith.ActivationQuant) -> tuple[int, int]:
     return max(lo, int_lo), min(hi, int_hi)
 
 
-# Largest dot-product length: with |int8 x int8| <= 2^14 and a bias below 2^30, 2^15 terms keep
-# the int32 accumulator clear of overflow, also for the AVX-512 VNNI kernels, which accumulate
-# (a + 128) x w for signed activations (at most 255 x 127 x 2^15 < 2^31).
-MAX_PATCH = 1 << 15
+MAX_PATCH = qarith.MAX_DOT_TERMS
 
 
 def _weighted(node: Node, q_in: qarith.ActivationQuant, q_out: qarith.ActivationQuant,

@@ -126,3 +126,16 @@ def test_a_single_calibration_sample():
 def test_a_well_conditioned_model_gets_no_warning():
     _, report = _bit_exact(_convs(), CALIB)
     assert report["warnings"] == [] and report["cosine_vs_float"] > 0.99
+
+
+def test_a_dot_product_too_long_for_int32_runs_on_the_host_with_the_reason():
+    """A dense layer over 40000 features could overflow the int32 accumulator (qarith.MAX_DOT_TERMS):
+    refused by its pattern, so it runs on the host instead of crashing the compile."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(40000, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    calibration = np.random.default_rng(0).standard_normal((4, 40000)).astype(np.float32)
+    compiled = compile_model(model, calibration)
+    reasons = [h["reason"] for h in compiled.host_ops]
+    assert any("dense dot products of 40000 terms" in r for r in reasons), reasons
+    report = evaluate(compiled, model, calibration[:2], latency_runs=1, layers=[])
+    assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
