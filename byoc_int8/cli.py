@@ -1,4 +1,5 @@
-"""Command line: ``byoc-int8 run`` (compile + check + report) and ``byoc-int8 compile``.
+"""Command line: ``byoc-int8 run`` (compile + check + report), ``byoc-int8 compile`` (the shared
+library) and ``byoc-int8 export-c`` (a standalone C99 project, for firmware).
 
 Models: a built-in name, a ``torch.export`` program (``.pt2``, calibrated on ``--calib``), or a
 model quantized elsewhere (a full-integer ``.tflite``, an ONNX QDQ ``.onnx``), which keeps its
@@ -11,6 +12,7 @@ shows the Python traceback instead."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -28,7 +30,10 @@ from .frontend import check_pt2_archive
 from .inputs import check_samples, load_inputs, load_npy
 from .layer_errors import layer_errors, plot_layer_errors
 from .models import BUILTIN_MODELS
+from .export import export_c
 from .partition import Int8OnlyError
+from .profiles import BUILTIN_PROFILES, load_profile
+from .vectors import write_layer_vectors
 from . import peers, reference
 from .pipeline import (
     LAYER_ERROR_INPUTS,
@@ -151,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_text in (
         ("run", "compile, run, check against float and the integer reference, report"),
         ("compile", "write the compiled library"),
+        ("export-c", "write the model as a standalone C99 project (no TVM, no heap) with golden vectors"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--model", default="resnet18",
@@ -170,6 +176,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="fail, listing them, if any op cannot run in int8 on the accelerator")
         p.add_argument("--simd", choices=["avx512vnni", "avx2", "portable"],
                        help="kernel implementation (default: the fastest this machine runs)")
+        p.add_argument("--profile", default=None,
+                       help=f"accelerator profile: {', '.join(BUILTIN_PROFILES)} (default x86-sim) or a .toml file")
+        if name in ("run", "export-c"):
+            p.add_argument("--vectors", metavar="DIR",
+                           help="write every kernel call's int8 inputs, parameters and expected output (golden vectors)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
         if name == "run":
@@ -177,8 +188,13 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--keep", metavar="PATH", help="keep the compiled library at PATH (by default run deletes it)")
             p.add_argument("--plot", help="write per-layer SQNR and an activation histogram to this PNG")
             p.add_argument("--plot-layer", help="layer whose histogram to draw (default: lowest SQNR)")
-        else:
+        elif name == "compile":
             p.add_argument("-o", "--output", required=True, help="path of the .so to write")
+            p.add_argument("--kernel-library", metavar="PATH.so",
+                           help="link this kernel library (byoc_int8.h's functions) instead of the built-in kernels")
+        else:
+            p.add_argument("-o", "--output", required=True, help="directory of the C project to write")
+            p.add_argument("--golden", type=_positive, default=2, help="golden input/output pairs in test_model.c")
     return parser
 
 
@@ -250,18 +266,23 @@ def _command(args) -> int:
             progress=not args.quiet,
             int8_only=args.int8_only,
             simd=args.simd,
-            number_format=NumberFormat(args.activations or DEFAULT_FORMAT.activations,
-                                       args.rounding or DEFAULT_FORMAT.rounding),
+            number_format=_number_format(args),
+            profile=args.profile,
+            **_kernel_options(args),
             **_calibration_options(args),
         ))
     if args.command == "compile":
         return 0
+    if args.command == "export-c":
+        return _export_c(args, compiled, evals)
+    if args.vectors:
+        _write_vectors(args.vectors, compiled, evals[0])
     layers = layer_errors(compiled.module, evals[:LAYER_ERROR_INPUTS])
     if args.plot_layer and not any(args.plot_layer in (e.layer, f"{e.region}:{e.layer}") for e in layers):
         raise UserError(f"--plot-layer: no layer named {args.plot_layer!r}; layers: {', '.join(e.layer for e in layers)}")
-    report = {"model": args.model, "calibration": method,
-              "activations": args.activations or DEFAULT_FORMAT.activations,
-              "rounding": args.rounding or DEFAULT_FORMAT.rounding,
+    fmt = _number_format(args) or load_profile(args.profile).number_format
+    report = {"model": args.model, "calibration": method, "profile": load_profile(args.profile).name,
+              "activations": fmt.activations, "rounding": fmt.rounding,
               **evaluate(compiled, float_model, evals, labels=labels, layers=layers)}
     _print_report(_report(args, report))
     if args.plot:
@@ -270,6 +291,51 @@ def _command(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _number_format(args) -> NumberFormat | None:
+    """--activations / --rounding over the profile's numbers, or None for the profile's own."""
+    if not (args.activations or args.rounding):
+        return None
+    base = load_profile(args.profile).number_format
+    return dataclasses.replace(base, activations=args.activations or base.activations,
+                               rounding=args.rounding or base.rounding)
+
+
+def _kernel_options(args) -> dict:
+    """compile --kernel-library PATH.so: link that library instead of the built-in kernels."""
+    library = getattr(args, "kernel_library", None)
+    if not library:
+        return {}
+    path = Path(library).resolve()
+    name = path.name
+    if not (name.startswith("lib") and name.endswith(".so")):
+        raise UserError(f"--kernel-library {library}: expected a shared library named lib<name>.so")
+    include = Path(__file__).resolve().parents[1] / "runtime_c" / "include"
+    return {"kernels": "external", "link_options": [f"-I{include}", f"-L{path.parent}", "-Wl,--no-as-needed",
+                                                   f"-l{name[3:-3]}", f"-Wl,-rpath,{path.parent}"]}
+
+
+def _export_c(args, compiled, inputs: np.ndarray) -> int:
+    """export-c: the C project, its sizes, and (--vectors) the golden vectors of its first input."""
+    summary = export_c(compiled, args.output, inputs[: args.golden])
+    print(f"wrote {summary.directory}: {len(summary.files)} files, workspace {summary.workspace_bytes} bytes "
+          f"(MODEL_WORKSPACE_BYTES), constants {summary.constant_bytes} bytes, {summary.vectors} golden vectors; "
+          f"build: cc -std=c99 -O2 *.c -lm -o test_model && ./test_model")
+    if args.vectors:
+        _write_vectors(args.vectors, compiled, inputs[0])
+    return 0
+
+
+def _write_vectors(directory: str, compiled, x: np.ndarray) -> None:
+    regions = reference.quantized_regions(compiled.module)
+    if len(regions) != 1 or compiled.host_ops:
+        raise UserError(f"--vectors needs a model that is one int8 region; this one has {len(regions)} and "
+                        f"{len(compiled.host_ops)} host op(s)")
+    ((symbol, qgraph),) = regions.items()
+    manifest = write_layer_vectors(symbol, qgraph, np.asarray(x)[None], directory)
+    print(f"wrote {len(qgraph.nodes)} layers of golden vectors to {directory} ({manifest.name}); "
+          "check a C build with test_model --layers " + directory)
 
 
 def _check_args(args) -> None:
@@ -287,7 +353,8 @@ def _check_args(args) -> None:
                                  "torch.export.save, a full-integer .tflite or an ONNX QDQ .onnx")
     prequantized = suffix in (".tflite", ".onnx") and args.model not in BUILTIN_MODELS
     if prequantized:
-        for option, value in (("--method", args.method), ("--percentile", args.percentile), ("--num-calib", args.num_calib)):
+        for option, value in (("--method", args.method), ("--percentile", args.percentile), ("--num-calib", args.num_calib),
+                              ("--profile", args.profile)):
             if value is not None:
                 raise UserError(f"{option} does not apply to {path.name}: a model quantized elsewhere keeps its own "
                                 "scales (nothing is calibrated)")
@@ -295,6 +362,12 @@ def _check_args(args) -> None:
         raise UserError("--calib (a .npy file or a directory of images) is required with a .pt2 model")
     if args.percentile is not None and args.method != "percentile":
         raise UserError("--percentile applies to --method percentile only")
+    try:
+        load_profile(args.profile)
+    except ValueError as err:
+        raise UserError(f"--profile: {err}") from None
+    if getattr(args, "kernel_library", None) and not Path(args.kernel_library).is_file():
+        raise UserError(f"--kernel-library {args.kernel_library}: no such file")
     flags = cpu_flags()
     if args.command == "run" and args.simd and not SIMD_FLAGS[args.simd] <= flags:
         runnable = next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
@@ -302,7 +375,16 @@ def _check_args(args) -> None:
                         f"library could not run here; use --simd {runnable} (or 'compile' to build for another machine)")
     if args.command == "run" and args.plot_layer and not args.plot:
         raise UserError("--plot-layer names the layer to draw in --plot PATH: give --plot too")
-    outputs = [("-o", args.output)] if args.command == "compile" else [("--keep", args.keep), ("--json", args.json), ("--plot", args.plot)]
+    if args.command == "export-c":
+        if Path(args.output).exists() and not Path(args.output).is_dir():
+            raise UserError(f"-o {args.output}: exists and is not a directory; give a directory for the C project")
+        outputs = [("-o", Path(args.output) / "model.c")] if Path(args.output).is_dir() else []
+        if not Path(args.output).parent.is_dir():
+            raise UserError(f"-o {args.output}: no such directory {Path(args.output).parent}; create it first")
+    elif args.command == "compile":
+        outputs = [("-o", args.output)]
+    else:
+        outputs = [("--keep", args.keep), ("--json", args.json), ("--plot", args.plot)]
     for option, target in outputs:
         if target is not None:
             _check_writable(option, Path(target))
@@ -323,11 +405,11 @@ def _check_writable(option: str, path: Path) -> None:
 def _library_path(args) -> str | None:
     """Where the library goes: compile's -o, run's --keep, or (None) a temporary directory that is
     deleted with the compiled model."""
-    return args.output if args.command == "compile" else args.keep
+    return args.output if args.command == "compile" else getattr(args, "keep", None)
 
 
 def _report(args, report: dict) -> dict:
-    if not args.keep:
+    if not getattr(args, "keep", None):
         report.pop("library", None)  # deleted on exit
     return report
 
@@ -352,6 +434,8 @@ def _prequantized(args) -> int:
         number_format=fmt))
     if args.command == "compile":
         return 0
+    if args.command == "export-c":
+        return _export_c(args, compiled, sample_inputs(compiled, args.golden))
     inputs = _evaluation_inputs(args.calib, compiled) if args.calib else sample_inputs(compiled, args.num_eval or 16)
     report = {"model": args.model, "activations": fmt.activations, "rounding": fmt.rounding,
               **evaluate_prequantized(compiled, _peer(kind, path, compiled), inputs)}

@@ -33,11 +33,12 @@ import numpy as np
 
 from . import qarith, reference
 from .codegen.emit_c import ROUNDING_MACROS, RUNTIME_C, RegionEmitter, _c_float, _c_ints, c_safe, footprint, kernel_files
+from .errors import UserError
 from .partition import region_functions
 from .pipeline import CompiledModel
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """The model cannot be written as standalone C (ops on the host, several regions, ...)."""
 
 
