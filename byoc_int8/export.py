@@ -153,22 +153,21 @@ const char* const model_layer_names[MODEL_LAYERS] = {{
   {names}}};
 
 {region_c}
-int model_run(const float* input, float* output, void* workspace) {{
+static int model_call(const void* input, void* output, void* workspace, int32_t int8_io) {{
   const void* inputs[1];
   void* outputs[1];
   int32_t where = 0;
   inputs[0] = input;
   outputs[0] = output;
-  return {symbol}_run(inputs, outputs, (int8_t*)workspace, 0, &where);
+  return {symbol}_run(inputs, outputs, (int8_t*)workspace, int8_io, &where);
+}}
+
+int model_run(const float* input, float* output, void* workspace) {{
+  return model_call(input, output, workspace, 0);
 }}
 
 int model_run_int8(const int8_t* input, int8_t* output, void* workspace) {{
-  const void* inputs[1];
-  void* outputs[1];
-  int32_t where = 0;
-  inputs[0] = input;
-  outputs[0] = output;
-  return {symbol}_run(inputs, outputs, (int8_t*)workspace, 1, &where);
+  return model_call(input, output, workspace, 1);
 }}
 """
 
