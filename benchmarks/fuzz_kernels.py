@@ -206,15 +206,22 @@ def window(rng, size: int, kernel: int, stride: int, dilation: int) -> tuple[int
 
 
 def _conv_geometry(rng, case: dict, group_in: int, out_c: int, depthwise: bool = False) -> dict:
-    """Kernel, strides, dilation, padding, input and output sizes; the work stays bounded."""
+    """Kernel, strides, dilation, padding, input and output sizes; the work stays bounded.
+    Half the depthwise configurations are MobileNet's: 3x3, stride 1 (mostly) or 2, no dilation,
+    inputs up to 16 wide (mostly), which gives the SIMD kernel runs of interior pixels."""
     r = rng.random()
     kh = int(rng.integers(1, 4)) if r < 0.75 else int(rng.integers(4, 8)) if r < 0.96 else int(rng.integers(17, 21))
     kw = int(rng.integers(1, 4)) if chance(rng, 0.8) else int(rng.integers(4, 8))
+    mobilenet = depthwise and chance(rng, 0.5)
     sh, sw = (int(rng.choice([1, 1, 2, 3, 4])) for _ in range(2))
     dh, dw = ((1 if chance(rng, 0.65) else int(rng.integers(2, 5))) for _ in range(2))
+    if mobilenet:
+        kh = kw = 3
+        sh = sw = int(rng.choice([1, 1, 2]))
+        dh = dw = 1
     n = 1 if chance(rng, 0.8) else int(rng.integers(2, 4))
     while True:
-        h, w = extent(rng), extent(rng)
+        h, w = (extent(rng, 16), extent(rng, 16)) if mobilenet else (extent(rng), extent(rng))
         top, oh = window(rng, h, kh, sh, dh)
         left, ow = window(rng, w, kw, sw, dw)
         macs = n * oh * ow * out_c * kh * kw * group_in
@@ -266,6 +273,9 @@ def gen_conv2d(rng) -> dict:
 
 
 def gen_depthwise_conv2d(rng) -> dict:
+    """Channel counts around whole SIMD depthwise blocks (multiples of 8 and 16, +-1, as
+    `channels` draws them) or any; channel multiplier 1 (the SIMD path) or 2-4 (portable);
+    kernels up to 20 rows (more than 64 taps run portable)."""
     in_c = channels(rng)
     out_c = in_c * (1 if chance(rng, 0.6) else int(rng.integers(2, 5)))
     case = _conv_geometry(rng, {}, 1, out_c, depthwise=True)
@@ -596,6 +606,10 @@ def runnable_builds(build_dir: Path, variants=VARIANTS, load: bool = True) -> tu
     return libs, notes
 
 
+# The kernels whose code paths the fuzzer counts (kernel_calls reads them off as the C chooses them).
+PATHS = {"conv2d": kernel_calls.conv2d_paths, "depthwise_conv2d": kernel_calls.depthwise_paths}
+
+
 def fuzz(kernel: str, libs: dict, configs: int, seed: int = 0, out=sys.stdout, paths: Counter | None = None) -> dict:
     """`configs` configurations of a kernel per rounding, each on every library of that rounding;
     returns the counts and prints each mismatch as a regression test."""
@@ -607,8 +621,8 @@ def fuzz(kernel: str, libs: dict, configs: int, seed: int = 0, out=sys.stdout, p
             for lib in builds:
                 problem = kernel_calls.compare(kernel_calls.run(lib, kernel, case), want)
                 runs[f"{lib.variant}-{rounding}"] += 1
-                if paths is not None and kernel == "conv2d":
-                    paths.update(f"{lib.variant}: {p}" for p in kernel_calls.conv2d_paths(case, lib.variant))
+                if paths is not None and kernel in PATHS:
+                    paths.update(f"{kernel} {lib.variant}: {p}" for p in PATHS[kernel](case, lib.variant))
                 if problem:
                     build = f"{lib.variant}-{rounding}"
                     failures.append((build, index, problem))
@@ -720,9 +734,9 @@ def main(argv: list[str] | None = None) -> int:
             total_runs += sum(runs.values())
             total_failures += len(result["failures"])
         if paths:
-            print("conv2d paths reached (runs):")
+            print("paths reached (runs):")
             for path, count in sorted(paths.items()):
-                print(f"  {path:<40}{count:>8}")
+                print(f"  {path:<56}{count:>8}")
         print(f"total: {total_runs} kernel runs, {total_failures} mismatches")
     return 1 if total_failures else 0
 

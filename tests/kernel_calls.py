@@ -32,6 +32,11 @@ ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
 TILES = {"avx2": (4, 16), "avx512vnni": (8, 32)}
 MAX_SEGMENTS = 16  # taller kernels are gathered, not read in place (B8_MAX_SEGMENTS)
+# Channels per block of the SIMD depthwise convolution (int32 lanes, B8_DW_LANES) and the most
+# taps it takes (B8_DW_MAX_TAPS; larger kernels, like other channel multipliers, run portable).
+DEPTHWISE_LANES = {"avx2": 8, "avx512vnni": 16}
+DEPTHWISE_MAX_TAPS = 64
+DEPTHWISE_PIXELS = 4  # interior pixels computed together (B8_DW_PIXELS)
 MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
 
 i8, i32, i64, f32 = ctypes.c_int8, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
@@ -190,6 +195,64 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
             paths.add("epilogue x8" if vector else "epilogue scalar")
     if cout > tile_channels:
         paths.add("several channel tiles")
+    return paths
+
+
+def depthwise_paths(case: dict, variant: str) -> set[str]:
+    """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a
+    kernel build, as that file chooses them: portable (any channel multiplier), or the SIMD code
+    for multiplier 1 with its channel blocks (whole, masked for AVX-512, overlapping the one before
+    for AVX2), the 3x3 or the general kernel loop, the epilogue of each block (vector, or scalar
+    where a shift is > 0), runs of pixels within rows (a row split between calls) and, per output
+    pixel, the interior (no check; DEPTHWISE_PIXELS neighbours at once for kernels 3 wide with
+    stride 1 and no dilation across) or the checked taps (rows and / or columns in the padding)."""
+    x, weight = case["x"], case["weight"]  # weight (1, KH, KW, O)
+    _, kh, kw, cout = weight.shape
+    n, h, w, cin = x.shape
+    lanes = DEPTHWISE_LANES.get(variant)
+    if lanes is None or cout != cin or (variant == "avx2" and cin < lanes) or kh * kw > DEPTHWISE_MAX_TAPS:
+        return {"portable"}
+    oh, ow = case["out_hw"]
+    (sh, sw), (top, left), (dh, dw) = case["strides"], case["padding"], case["dilation"]
+    paths = {"simd", "3x3" if (kh, kw) == (3, 3) else "other kernel"}
+    if cout > lanes:
+        paths.add("several channel blocks")
+    for c0 in range(0, cout, lanes):
+        if c0 + lanes <= cout:
+            paths.add("whole channel block")
+        else:
+            paths.add("masked channel block" if variant == "avx512vnni" else "overlapping channel block")
+        at = c0 if variant == "avx512vnni" else min(c0, cout - lanes)
+        paths.add("epilogue scalar" if np.any(case["shift"][at : at + lanes] > 0) else f"epilogue x{lanes}")
+    grouped = kw == 3 and sw == 1 and dw == 1
+    total = n * oh * ow
+    for begin, end in [(0, total)] if case.get("pixels") is None else case["pixels"]:
+        begin, end = max(begin, 0), min(end, total)
+        if begin < end and (begin % ow or end % ow):
+            paths.add("part of a row")
+        if begin < end and (end - 1) // ow > begin // ow:
+            paths.add("several rows")
+        first = begin
+        while first < end:  # runs within one output row, as the C walks them
+            row = first // ow
+            ox, ox_end = first - row * ow, min(end - row * ow, ow)
+            rows_inside = [0 <= row % oh * sh - top + ky * dh < h for ky in range(kh)]
+            if not any(rows_inside):
+                paths.add("window rows all padded")
+            while ox < ox_end:
+                ix0 = ox * sw - left
+                columns_inside = ix0 >= 0 and ix0 + (kw - 1) * dw < w
+                if all(rows_inside) and columns_inside:
+                    if grouped and ox + DEPTHWISE_PIXELS <= ox_end and ix0 + DEPTHWISE_PIXELS + 1 < w:
+                        paths.add(f"interior x{DEPTHWISE_PIXELS}")
+                        ox += DEPTHWISE_PIXELS
+                        continue
+                    paths.add("interior")
+                else:
+                    paths |= ({"padded columns"} if not columns_inside else set()) | \
+                             ({"padded rows"} if not all(rows_inside) else set())
+                ox += 1
+            first = row * ow + ox_end
     return paths
 
 

@@ -1,6 +1,9 @@
 """Every C kernel against the integer reference, bit for bit, over randomized cases, in every
 kernel build and rounding (the `kernels` fixture) with and without zero points."""
 
+import sys
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -375,6 +378,127 @@ def epilogue_case(seed):
 def test_conv2d_vectorized_epilogue(kernels, seed):
     expected = assert_matches(kernels, "conv2d", epilogue_case(seed))
     assert expected.size < 64 or len(np.unique(expected)) > 3
+
+
+# Input channel counts that fill and straddle the SIMD depthwise blocks (8 int32 lanes for AVX2, 16
+# for AVX-512; fewer than 8 channels run portable in the AVX2 build); seeds past the list draw any
+# count up to 70.
+DEPTHWISE_CHANNELS = [1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 40, 47, 48, 63, 64, 65, 70]
+DEPTHWISE_SEEDS = range(80)
+
+
+def depthwise_case(seed):
+    """A depthwise convolution for the SIMD blocks: input channels from DEPTHWISE_CHANNELS (twice),
+    then random up to 70; channel multiplier 1 (MobileNet's, the SIMD path) in about three cases of
+    four, else 2 (portable); 3x3 kernels mostly, else 1x1 up to 5x5; strides and dilations 1 or 2; padding 0-2
+    per side (windows partly or, with outputs past the input, entirely in the padding); the input
+    zero point (pad value) and the output zero point at the ends of int8 half the time; shifts <= 0
+    (the vector epilogue) or, every fifth seed, one channel shifted left (the scalar epilogue of
+    its block); no bias every seventh seed; the output pixels in one call or in shares that start
+    and end mid-row."""
+    rng = np.random.default_rng(2000 + seed)
+    listed = len(DEPTHWISE_CHANNELS)
+    cin = DEPTHWISE_CHANNELS[seed % listed] if seed < 2 * listed else int(rng.integers(1, 71))
+    # The list once with multiplier 1, once with 1 and 2 alternating; then 2 every third seed.
+    cout = cin * (2 if (seed >= listed and seed % (2 if seed < 2 * listed else 3) == 0) else 1)
+    kh, kw = (3, 3) if rng.random() < 0.6 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+    sh, sw, dh, dw = (int(v) for v in rng.integers(1, 3, 4))
+    n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 13)), int(rng.integers(1, 13))
+    pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right
+    oh = max(1, out_size(h, pad[0], pad[2], kh, sh, dh)) + int(rng.random() < 0.15)
+    ow = max(1, out_size(w, pad[1], pad[3], kw, sw, dw)) + int(rng.random() < 0.15)
+    x = rng.integers(-128, 128, (n, h, w, cin), dtype=np.int8)
+    x[rng.random(x.shape) < 0.1] = rng.choice(np.array([-128, 127], np.int8))
+    weight = rng.integers(-127, 128, (1, kh, kw, cout), dtype=np.int8)
+    multiplier, shift = random_requant(rng, cout, kh * kw)
+    if seed % 5 == 4 and cout > 1:  # (that channel's outputs saturate)
+        shift[int(rng.integers(0, cout))] = int(rng.integers(1, 4))
+    ends = [-128, 127]
+    pad_value = int(rng.choice(ends)) if rng.random() < 0.5 else random_zero_point(rng)
+    z_out = int(rng.choice(ends)) if rng.random() < 0.3 else random_zero_point(rng, output=True)
+    total = n * oh * ow
+    cuts = sorted(int(c) for c in rng.integers(0, total + 1, int(rng.integers(1, 4))))
+    pixels = None if seed % 4 == 0 else list(zip([0, *cuts], [*cuts, total]))
+    return {"x": x, "weight": weight, "bias": None if seed % 7 == 6 else
+            rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32), "multiplier": multiplier, "shift": shift,
+            "groups": cin, "strides": (sh, sw), "padding": tuple(pad[:2]), "dilation": (dh, dw), "out_hw": (oh, ow),
+            "pad_value": pad_value, "output_zero_point": z_out,
+            "act": random_act(rng, z_out) if abs(z_out) < 100 else (-128, 127), "nonnegative": False,
+            "pixels": pixels, "fill": int(rng.integers(-128, 128))}
+
+
+@pytest.mark.parametrize("seed", DEPTHWISE_SEEDS)
+def test_depthwise_conv2d_simd_blocks(kernels, seed):
+    case = depthwise_case(seed)
+    expected = assert_matches(kernels, "depthwise_conv2d", case)
+    # Not all saturated: the outputs show the arithmetic.
+    assert expected.size < 32 or len(np.unique(expected)) > 3
+
+
+# Every path of the SIMD depthwise convolution (kernel_calls.depthwise_paths reads them off as
+# conv2d_s8.c chooses them).
+DEPTHWISE_PATHS = {"portable", "simd", "3x3", "other kernel", "several channel blocks", "whole channel block",
+                   "epilogue scalar", "part of a row", "several rows", "interior", "interior x4", "padded rows",
+                   "padded columns", "window rows all padded"}
+DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"},
+                           "avx512vnni": {"masked channel block", "epilogue x16"}}
+
+
+@pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
+def test_depthwise_cases_reach_every_simd_path(variant):
+    """The cases above take every path of each SIMD depthwise build, with channel counts of 8, 15,
+    16, 17, 31, 32, 33 and 64 among them on the SIMD path, multipliers 1 and 2, strides and
+    dilations 2, and both ends of int8 as input and output zero points."""
+    cases = [depthwise_case(seed) for seed in DEPTHWISE_SEEDS]
+    reached, simd_channels = set(), set()
+    for case in cases:
+        paths = kernel_calls.depthwise_paths(case, variant)
+        reached |= paths
+        if "simd" in paths:
+            simd_channels.add(case["x"].shape[3])
+    expected = DEPTHWISE_PATHS | DEPTHWISE_VARIANT_PATHS[variant]
+    assert reached == expected, expected ^ reached
+    assert {8, 15, 16, 17, 31, 32, 33, 64} <= simd_channels
+    assert {c["weight"].shape[3] // c["x"].shape[3] for c in cases} == {1, 2}
+    assert any(c["strides"] == (2, 2) for c in cases) and any(c["dilation"] == (2, 2) for c in cases)
+    for key in ("pad_value", "output_zero_point"):
+        assert {-128, 127} <= {c[key] for c in cases}, key
+
+
+@pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
+def test_fuzzer_depthwise_draws_reach_every_simd_path(variant):
+    """benchmarks/fuzz_kernels.py's depthwise configurations (the first 300 per rounding: the sample
+    tests/test_kernel_fuzz.py runs) take every path of each SIMD depthwise build, each many times."""
+    benchmarks = str(kernel_calls.ROOT / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    import fuzz_kernels
+
+    reached = Counter()
+    for rounding in kernel_calls.ROUNDINGS:
+        for index in range(300):
+            reached.update(kernel_calls.depthwise_paths(fuzz_kernels.draw("depthwise_conv2d", rounding, index, 0),
+                                                        variant))
+    assert set(reached) == DEPTHWISE_PATHS | DEPTHWISE_VARIANT_PATHS[variant], set(reached)
+    assert min(reached.values()) >= 25, reached
+
+
+@pytest.mark.parametrize("size, channels, stride", [(28, 192, 1), (14, 576, 2), (7, 960, 1), (9, 40, 1)])
+def test_depthwise_conv2d_mobilenet_layers(kernels, size, channels, stride):
+    """MobileNetV2-shaped layers (3x3, padding 1) with signed inputs, the input zero point -128 and
+    the pixels in the thread shares of the TVM adapter (whole 8-pixel tiles over two tasks)."""
+    rng = np.random.default_rng(size * channels + stride)
+    out = (size - 1) // stride + 1
+    multiplier, shift = random_requant(rng, channels, 9)
+    share = ((out * out + 1) // 2 + 7) // 8 * 8
+    case = {"x": rng.integers(-128, 128, (1, size, size, channels), dtype=np.int8),
+            "weight": rng.integers(-127, 128, (1, 3, 3, channels), dtype=np.int8),
+            "bias": rng.integers(-(1 << 14), 1 << 14, channels).astype(np.int32), "multiplier": multiplier,
+            "shift": shift, "groups": channels, "strides": (stride, stride), "padding": (1, 1), "dilation": (1, 1),
+            "out_hw": (out, out), "pad_value": -128, "output_zero_point": -5, "act": (-5, 127), "nonnegative": False,
+            "pixels": [(0, share), (share, out * out)], "fill": 0}
+    expected = assert_matches(kernels, "depthwise_conv2d", case)
+    assert len(np.unique(expected)) > 100
 
 
 def test_double_requantization_is_computed_exactly_in_integers(kernels):

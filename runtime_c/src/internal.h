@@ -128,6 +128,11 @@ B8_INLINE void b8_store_s8x16(int8_t* out, __m512i v, __m512i lo, __m512i hi) {
   v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
   _mm_storeu_si128((__m128i*)out, _mm512_cvtepi32_epi8(v));
 }
+/* Clamps 16 int32 lanes and stores those in `mask` as int8 (the others are not written). */
+B8_INLINE void b8_store_s8x16_masked(int8_t* out, __m512i v, __m512i lo, __m512i hi, __mmask16 mask) {
+  v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+  _mm512_mask_cvtepi32_storeu_epi8(out, mask, v);
+}
 #endif /* B8_USE_AVX512VNNI */
 #endif /* B8_USE_AVX2 */
 

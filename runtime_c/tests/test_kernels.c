@@ -203,6 +203,66 @@ static void test_depthwise_multiplier(void) {
   EXPECT_EQ(out[3], 20);
 }
 
+/* Depthwise 3x3, multiplier 1, stride 1, padding 1 on a 4x9 input of 20 channels: AVX-512 runs a
+ * block of 16 channels and a masked one of 4, AVX2 two of 8 and a last one over channels 12-19,
+ * through every edge and the interior (four pixels at once, then one by one). Each output is
+ * checked against its sum worked out tap by tap (padded taps read the pad value -3) through
+ * b8_requantize; then with one channel shifted left (its block's scalar output stage), and over
+ * pixels 10-14 alone (a run that starts and ends mid-row: nothing else is written). */
+enum { B8_DW_H = 4, B8_DW_W = 9, B8_DW_C = 20 };
+
+static void check_depthwise_outputs(const int8_t* input, const int8_t* filter, const int32_t* bias,
+                                    const b8_requant_params* quant, const int8_t* output, int32_t begin,
+                                    int32_t end, int8_t fill) {
+  for (int32_t pixel = 0; pixel < B8_DW_H * B8_DW_W; ++pixel) {
+    const int32_t oy = pixel / B8_DW_W, ox = pixel % B8_DW_W;
+    for (int32_t c = 0; c < B8_DW_C; ++c) {
+      int32_t acc = bias[c];
+      for (int32_t ky = 0; ky < 3; ++ky)
+        for (int32_t kx = 0; kx < 3; ++kx) {
+          const int32_t iy = oy - 1 + ky, ix = ox - 1 + kx;
+          const int inside = iy >= 0 && iy < B8_DW_H && ix >= 0 && ix < B8_DW_W;
+          const int32_t x = inside ? input[(iy * B8_DW_W + ix) * B8_DW_C + c] : -3;
+          acc += x * filter[(ky * 3 + kx) * B8_DW_C + c];
+        }
+      const int8_t want = pixel < begin || pixel >= end
+                              ? fill
+                              : b8_clamp_s8(b8_requantize(acc, quant->multiplier[c], quant->shift[c]) +
+                                                quant->output_zero_point, quant->act_min, quant->act_max);
+      EXPECT_EQ(output[pixel * B8_DW_C + c], want);
+    }
+  }
+}
+
+static void test_depthwise_channel_blocks(void) {
+  int8_t input[B8_DW_H * B8_DW_W * B8_DW_C], filter[9 * B8_DW_C], output[B8_DW_H * B8_DW_W * B8_DW_C];
+  int32_t bias[B8_DW_C], multiplier[B8_DW_C], shift[B8_DW_C];
+  for (int32_t i = 0; i < B8_DW_H * B8_DW_W * B8_DW_C; ++i) input[i] = (int8_t)((i * 37) % 256 - 128);
+  for (int32_t i = 0; i < 9 * B8_DW_C; ++i) filter[i] = (int8_t)((i * 53) % 255 - 127);
+  for (int32_t c = 0; c < B8_DW_C; ++c) {
+    bias[c] = 100 * c - 1000;
+    multiplier[c] = (1 << 30) + c * 12345;
+    shift[c] = -8;
+  }
+  const b8_conv_params conv = {1, 1, 1, 1, 1, 1, B8_DW_C, -3};
+  const b8_requant_params quant = {multiplier, shift, -128, 127, 4};
+  const b8_dims in_dims = {1, B8_DW_H, B8_DW_W, B8_DW_C}, filter_dims = {1, 3, 3, B8_DW_C};
+  const b8_dims out_dims = {1, B8_DW_H, B8_DW_W, B8_DW_C};
+  EXPECT_EQ(b8_depthwise_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, bias, &out_dims,
+                                   output, NULL), B8_OK);
+  check_depthwise_outputs(input, filter, bias, &quant, output, 0, B8_DW_H * B8_DW_W, 0);
+  shift[13] = 2;
+  EXPECT_EQ(b8_depthwise_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, bias, &out_dims,
+                                   output, NULL), B8_OK);
+  check_depthwise_outputs(input, filter, bias, &quant, output, 0, B8_DW_H * B8_DW_W, 0);
+  shift[13] = -8;
+  const b8_pixels mid_row = {10, 15};
+  memset(output, 0x55, sizeof output);
+  EXPECT_EQ(b8_depthwise_conv2d_s8(&conv, &quant, &in_dims, input, &filter_dims, filter, bias, &out_dims,
+                                   output, &mid_row), B8_OK);
+  check_depthwise_outputs(input, filter, bias, &quant, output, 10, 15, 0x55);
+}
+
 static void test_boundary_conversions(void) {
   const float x[4] = {0.25f, -0.75f, 100.0f, 1.25f};
   int8_t q[4];
@@ -256,6 +316,7 @@ int main(void) {
   test_avg_pool_counts();
   test_dense_and_layout();
   test_depthwise_multiplier();
+  test_depthwise_channel_blocks();
   test_boundary_conversions();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
