@@ -373,7 +373,7 @@ def _profile_problem(kind: str, ctx: PatternCheckContext) -> str | None:
         return None
     ann = ctx.annotated_expr
     main = next((ann[k] for k in ("conv", "matmul", "add", "mul", "root_op") if k in ann), ann["root"])
-    tensors = [a for a in getattr(main, "args", []) if isinstance(a, relax.Var) or isinstance(a, relax.Call)]
+    tensors = [a for a in getattr(main, "args", []) if isinstance(a, (relax.Var, relax.Call))]
     shapes = [s for s in (_static_shape(t) for t in [*tensors, ann["root"]]) if s is not None]
     try:
         geometry = _geometry(ctx)

@@ -22,15 +22,22 @@ from .quantize import QGraph
 
 
 def _arrays(params: dict) -> tuple[dict[str, np.ndarray], dict]:
-    """A node's parameters split into arrays (for the .npz) and JSON values."""
+    """A node's parameters split into numeric arrays (for the .npz) and JSON values."""
     arrays, scalars = {}, {}
     for key, value in params.items():
         if dataclasses.is_dataclass(value):  # qarith.FixedPoint, AddRescale
             scalars[key] = dataclasses.asdict(value)
-        elif isinstance(value, (list, tuple, np.ndarray)) and not any(v is None for v in np.ravel(np.asarray(value, object))):
-            arrays[key] = np.asarray(value)
-        else:
-            scalars[key] = value.item() if isinstance(value, np.generic) else value
+            continue
+        if isinstance(value, (list, tuple, np.ndarray)):
+            try:
+                array = np.asarray(value)
+            except ValueError:  # ragged: keep it readable in the manifest instead
+                array = None
+            if array is not None and array.dtype != object:
+                arrays[key] = array
+                continue
+        scalars[key] = value.item() if isinstance(value, np.generic) else (
+            repr(value) if isinstance(value, (list, tuple, np.ndarray)) else value)
     return arrays, scalars
 
 
