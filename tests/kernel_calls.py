@@ -199,7 +199,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
 
 
 def depthwise_paths(case: dict, variant: str) -> set[str]:
-    """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a
+    """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/depthwise_conv2d_s8.c) that a case takes in a
     kernel build, as that file chooses them: portable (any channel multiplier), or the SIMD code
     for multiplier 1 with its channel blocks (whole, masked for AVX-512, overlapping the one before
     for AVX2), the 3x3 or the general kernel loop, the epilogue of each block (vector, or scalar

@@ -26,7 +26,7 @@ from ..quantize import QGraph, QNode
 from ..layout import storage_shape
 
 RUNTIME_C = Path(__file__).resolve().parents[2] / "runtime_c"
-KERNEL_FILES = ["conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
+KERNEL_FILES = ["conv2d_s8.c", "depthwise_conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
 ALIGN = 64
 
 

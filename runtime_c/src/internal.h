@@ -14,6 +14,12 @@ B8_INLINE void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dim
   *end = pixels ? (pixels->end > total ? total : pixels->end) : total;
 }
 
+/* The scalar output stage: bias, requantization, output zero point, clamp. */
+B8_INLINE int8_t b8_output_s8(int32_t acc, const b8_requant_params* quant, int32_t oc) {
+  return b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]) + quant->output_zero_point,
+                     quant->act_min, quant->act_max);
+}
+
 #if B8_USE_AVX2
 #include <immintrin.h>
 

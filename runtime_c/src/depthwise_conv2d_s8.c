@@ -1,0 +1,265 @@
+/* Depthwise 2-D convolution, NHWC int8 activations, int32 accumulation.
+ *
+ * b8_depthwise_conv2d_s8 reads its filter as given, (kernel_h, kernel_w, channels). With channel
+ * multiplier 1 the AVX2 / AVX-512 builds vectorize it over channels, 8 / 16 int32 lanes of exact
+ * products (b8_depthwise_run); other multipliers, and fewer than 8 channels with AVX2, run the
+ * portable loop.
+ */
+#include "byoc_int8.h"
+
+#include "internal.h"
+
+/* Every channel multiplier: per output pixel and channel, every tap, padded taps reading
+ * pad_value. */
+static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8_requant_params* quant,
+                                            const b8_dims* input_dims, const int8_t* input,
+                                            const b8_dims* filter_dims, const int8_t* filter,
+                                            const int32_t* bias, const b8_dims* output_dims,
+                                            int8_t* output, int64_t begin, int64_t end) {
+  const int32_t in_h = input_dims->h, in_w = input_dims->w, in_c = input_dims->c;
+  const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
+  const int32_t multiplier = out_c / in_c;
+  for (int64_t pixel = begin; pixel < end; ++pixel) {
+    const int32_t n = (int32_t)(pixel / ((int64_t)out_h * out_w));
+    const int32_t oy = (int32_t)(pixel / out_w % out_h), ox = (int32_t)(pixel % out_w);
+    const int8_t* image = input + (int64_t)n * in_h * in_w * in_c;
+    int8_t* out = output + pixel * out_c;
+    for (int32_t oc = 0; oc < out_c; ++oc) {
+      int32_t acc = bias ? bias[oc] : 0;
+      for (int32_t ky = 0; ky < filter_dims->h; ++ky) {
+        const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
+        for (int32_t kx = 0; kx < filter_dims->w; ++kx) {
+          const int32_t ix = ox * conv->stride_w - conv->pad_left + kx * conv->dilation_w;
+          const int32_t x = iy < 0 || iy >= in_h || ix < 0 || ix >= in_w
+                                ? conv->pad_value
+                                : image[((int64_t)iy * in_w + ix) * in_c + oc / multiplier];
+          acc += x * (int32_t)filter[((int64_t)ky * filter_dims->w + kx) * out_c + oc];
+        }
+      }
+      out[oc] = b8_output_s8(acc, quant, oc);
+    }
+  }
+}
+
+#if B8_USE_AVX2
+/* Channel multiplier 1 (MobileNet's), vectorized over channels: B8_DW_LANES channels at a time
+ * (16 int32 lanes with AVX-512, 8 with AVX2). Each tap's int8 inputs and weights are widened to
+ * int32 and multiplied and summed in int32 lanes (|x w| <= 128 x 127, exact): the accumulator is
+ * the portable one (int32 sums in another order: the same bits), and so is the output stage
+ * (b8_requantize_x16 / _x8 while the block's shifts are <= 0, else b8_output_s8 lane by lane).
+ * AVX-512 masks the last partial block; AVX2 runs its last block over the last 8 channels
+ * (overlapping the one before: the same bytes again), and fewer than 8 channels go to the
+ * portable code. */
+#if B8_USE_AVX512VNNI
+enum { B8_DW_LANES = 16 };
+typedef __m512i b8_dw_vec;
+typedef __mmask16 b8_dw_mask;
+B8_INLINE b8_dw_vec b8_dw_load_s8(const int8_t* p, b8_dw_mask m) {
+  return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p));
+}
+B8_INLINE b8_dw_vec b8_dw_load_s32(const int32_t* p, b8_dw_mask m) { return _mm512_maskz_loadu_epi32(m, p); }
+B8_INLINE b8_dw_vec b8_dw_set1(int32_t v) { return _mm512_set1_epi32(v); }
+B8_INLINE b8_dw_vec b8_dw_sub(b8_dw_vec a, b8_dw_vec b) { return _mm512_sub_epi32(a, b); }
+B8_INLINE b8_dw_vec b8_dw_mac(b8_dw_vec acc, b8_dw_vec x, b8_dw_vec w) {
+  return _mm512_add_epi32(acc, _mm512_mullo_epi32(x, w));
+}
+B8_INLINE int b8_dw_any_positive(b8_dw_vec v, b8_dw_mask m) {
+  return _mm512_mask_cmpgt_epi32_mask(m, v, _mm512_setzero_si512()) != 0;
+}
+B8_INLINE void b8_dw_spill(int32_t* lanes, b8_dw_vec v) { _mm512_storeu_si512((void*)lanes, v); }
+B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, b8_dw_vec multiplier, b8_dw_vec right,
+                            b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
+  const __m512i y = _mm512_add_epi32(b8_requantize_x16(acc, multiplier, right), zero_point);
+  b8_store_s8x16_masked(out, y, lo, hi, m);
+}
+#else
+enum { B8_DW_LANES = 8 };
+typedef __m256i b8_dw_vec;
+typedef int b8_dw_mask; /* AVX2 blocks are whole */
+B8_INLINE b8_dw_vec b8_dw_load_s8(const int8_t* p, b8_dw_mask m) {
+  (void)m;
+  return b8_load_s8x8(p);
+}
+B8_INLINE b8_dw_vec b8_dw_load_s32(const int32_t* p, b8_dw_mask m) {
+  (void)m;
+  return _mm256_loadu_si256((const __m256i*)p);
+}
+B8_INLINE b8_dw_vec b8_dw_set1(int32_t v) { return _mm256_set1_epi32(v); }
+B8_INLINE b8_dw_vec b8_dw_sub(b8_dw_vec a, b8_dw_vec b) { return _mm256_sub_epi32(a, b); }
+B8_INLINE b8_dw_vec b8_dw_mac(b8_dw_vec acc, b8_dw_vec x, b8_dw_vec w) {
+  return _mm256_add_epi32(acc, _mm256_mullo_epi32(x, w));
+}
+B8_INLINE int b8_dw_any_positive(b8_dw_vec v, b8_dw_mask m) {
+  (void)m;
+  return _mm256_movemask_epi8(_mm256_cmpgt_epi32(v, _mm256_setzero_si256())) != 0;
+}
+B8_INLINE void b8_dw_spill(int32_t* lanes, b8_dw_vec v) { _mm256_storeu_si256((__m256i*)lanes, v); }
+B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, b8_dw_vec multiplier, b8_dw_vec right,
+                            b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
+  (void)m;
+  b8_store_s8x8(out, _mm256_add_epi32(b8_requantize_x8(acc, multiplier, right), zero_point), lo, hi);
+}
+#endif
+enum { B8_DW_MAX_TAPS = 64 }; /* kernels up to this many taps keep the block's weights widened */
+enum { B8_DW_PIXELS = 4 };    /* interior pixels computed together (3 wide kernels, stride 1) */
+
+/* The output stage of a block of channels. */
+typedef struct {
+  b8_dw_vec multiplier, right, zero_point, lo, hi;
+  b8_dw_mask mask;
+  int32_t oc, lanes; /* the block's first channel and how many it writes */
+  int vector;        /* every shift of the block <= 0: b8_requantize_x16 / _x8 are exact */
+} b8_dw_block;
+
+B8_INLINE void b8_depthwise_output(const b8_dw_block* block, const b8_requant_params* quant, b8_dw_vec acc,
+                                   int8_t* out) {
+  if (block->vector) {
+    b8_dw_output(out, acc, block->multiplier, block->right, block->zero_point, block->lo, block->hi,
+                 block->mask);
+  } else {
+    int32_t sums[B8_DW_LANES];
+    b8_dw_spill(sums, acc);
+    for (int32_t j = 0; j < block->lanes; ++j) out[j] = b8_output_s8(sums[j], quant, block->oc + j);
+  }
+}
+
+/* Output pixels ox_begin .. ox_end - 1 of row oy (one image), every channel; `out` is the first
+ * one's output. Per block of channels: the weights widened once, the bias plus what the window's
+ * rows outside the input add (pad_value x their weights), then per pixel the taps of the rows
+ * inside. Pixels whose window lies inside the input (the interior) read every tap without a
+ * check: with kernels 3 wide, stride 1 and no dilation across, B8_DW_PIXELS neighbours at a time,
+ * which share their input columns (each loaded and widened once for all of them); the other
+ * pixels check each column. Inlined with k_h = k_w = 3 constant too. */
+B8_INLINE void b8_depthwise_run(const b8_conv_params* conv, const b8_requant_params* quant,
+                                const b8_dims* input_dims, const int8_t* image, const int8_t* filter,
+                                const int32_t* bias, int32_t oy, int32_t ox_begin, int32_t ox_end,
+                                int8_t* out, int32_t k_h, int32_t k_w) {
+  const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
+  const int32_t dh = conv->dilation_h, dw = conv->dilation_w, sw = conv->stride_w;
+  const int64_t row_stride = (int64_t)in_w * c;
+  const int32_t iy0 = oy * conv->stride_h - conv->pad_top;
+  /* The kernel rows inside the input: ky_lo .. ky_hi - 1 (iy grows with ky). */
+  int32_t ky_lo = 0, ky_hi;
+  while (ky_lo < k_h && iy0 + ky_lo * dh < 0) ++ky_lo;
+  for (ky_hi = ky_lo; ky_hi < k_h && iy0 + ky_hi * dh < in_h;) ++ky_hi;
+  const int all_rows = ky_lo == 0 && ky_hi == k_h;
+  const int grouped = k_w == 3 && sw == 1 && dw == 1;
+  const b8_dw_vec pad = b8_dw_set1(conv->pad_value), thirty_one = b8_dw_set1(31);
+  b8_dw_vec w[B8_DW_MAX_TAPS];
+  b8_dw_block block;
+  block.lo = b8_dw_set1(quant->act_min);
+  block.hi = b8_dw_set1(quant->act_max);
+  block.zero_point = b8_dw_set1(quant->output_zero_point);
+  for (int32_t c0 = 0; c0 < c; c0 += B8_DW_LANES) {
+#if B8_USE_AVX512VNNI
+    block.oc = c0;
+    block.lanes = c - c0 < B8_DW_LANES ? c - c0 : B8_DW_LANES;
+    block.mask = (b8_dw_mask)((1u << block.lanes) - 1);
+#else
+    block.oc = c0 + B8_DW_LANES <= c ? c0 : c - B8_DW_LANES; /* the last block overlaps */
+    block.lanes = B8_DW_LANES;
+    block.mask = 0;
+#endif
+    const int32_t oc = block.oc;
+    const b8_dw_mask mask = block.mask;
+    b8_dw_vec base = bias ? b8_dw_load_s32(bias + oc, mask) : b8_dw_set1(0);
+    for (int32_t t = 0; t < k_h * k_w; ++t) w[t] = b8_dw_load_s8(filter + (int64_t)t * c + oc, mask);
+    for (int32_t ky = 0; ky < k_h; ++ky)
+      if (ky < ky_lo || ky >= ky_hi)
+        for (int32_t kx = 0; kx < k_w; ++kx) base = b8_dw_mac(base, pad, w[ky * k_w + kx]);
+    const b8_dw_vec shift = b8_dw_load_s32(quant->shift + oc, mask);
+    block.multiplier = b8_dw_load_s32(quant->multiplier + oc, mask);
+    block.right = b8_dw_sub(thirty_one, shift);
+    block.vector = !b8_dw_any_positive(shift, mask);
+    for (int32_t ox = ox_begin; ox < ox_end; ++ox) {
+      const int32_t ix0 = ox * sw - conv->pad_left;
+      int8_t* o = out + (int64_t)(ox - ox_begin) * c + oc;
+      if (all_rows && ix0 >= 0 && ix0 + (k_w - 1) * dw < in_w) {
+        const int8_t* window = image + (int64_t)iy0 * row_stride + (int64_t)ix0 * c + oc;
+        if (grouped && ox + B8_DW_PIXELS <= ox_end && ix0 + B8_DW_PIXELS + 1 < in_w) {
+          b8_dw_vec acc[B8_DW_PIXELS], column[B8_DW_PIXELS + 2];
+          for (int32_t p = 0; p < B8_DW_PIXELS; ++p) acc[p] = base;
+          for (int32_t ky = 0; ky < k_h; ++ky) {
+            for (int32_t j = 0; j < B8_DW_PIXELS + 2; ++j)
+              column[j] = b8_dw_load_s8(window + ky * dh * row_stride + (int64_t)j * c, mask);
+            for (int32_t kx = 0; kx < 3; ++kx)
+              for (int32_t p = 0; p < B8_DW_PIXELS; ++p)
+                acc[p] = b8_dw_mac(acc[p], column[p + kx], w[ky * 3 + kx]);
+          }
+          for (int32_t p = 0; p < B8_DW_PIXELS; ++p)
+            b8_depthwise_output(&block, quant, acc[p], o + (int64_t)p * c);
+          ox += B8_DW_PIXELS - 1;
+          continue;
+        }
+        b8_dw_vec acc = base;
+        for (int32_t ky = 0; ky < k_h; ++ky)
+          for (int32_t kx = 0; kx < k_w; ++kx)
+            acc = b8_dw_mac(acc, b8_dw_load_s8(window + ky * dh * row_stride + (int64_t)kx * dw * c, mask),
+                            w[ky * k_w + kx]);
+        b8_depthwise_output(&block, quant, acc, o);
+        continue;
+      }
+      b8_dw_vec acc = base;
+      for (int32_t ky = ky_lo; ky < ky_hi; ++ky) {
+        const int8_t* line = image + (int64_t)(iy0 + ky * dh) * row_stride + oc;
+        for (int32_t kx = 0; kx < k_w; ++kx) {
+          const int32_t ix = ix0 + kx * dw;
+          const b8_dw_vec x = ix >= 0 && ix < in_w ? b8_dw_load_s8(line + (int64_t)ix * c, mask) : pad;
+          acc = b8_dw_mac(acc, x, w[ky * k_w + kx]);
+        }
+      }
+      b8_depthwise_output(&block, quant, acc, o);
+    }
+  }
+}
+
+/* Output pixels [begin, end) by runs within one output row. */
+static void b8_depthwise_conv2d_s8_simd(const b8_conv_params* conv, const b8_requant_params* quant,
+                                        const b8_dims* input_dims, const int8_t* input,
+                                        const b8_dims* filter_dims, const int8_t* filter,
+                                        const int32_t* bias, const b8_dims* output_dims,
+                                        int8_t* output, int64_t begin, int64_t end) {
+  const int32_t out_h = output_dims->h, out_w = output_dims->w, c = output_dims->c;
+  const int32_t k_h = filter_dims->h, k_w = filter_dims->w;
+  const int64_t image_size = (int64_t)input_dims->h * input_dims->w * c;
+  for (int64_t first = begin; first < end;) {
+    const int64_t row = first / out_w;
+    const int32_t ox_begin = (int32_t)(first - row * out_w);
+    const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;
+    const int8_t* image = input + row / out_h * image_size;
+    const int32_t oy = (int32_t)(row % out_h);
+    int8_t* out = output + first * c;
+    if (k_h == 3 && k_w == 3)
+      b8_depthwise_run(conv, quant, input_dims, image, filter, bias, oy, ox_begin, ox_end, out, 3, 3);
+    else
+      b8_depthwise_run(conv, quant, input_dims, image, filter, bias, oy, ox_begin, ox_end, out, k_h, k_w);
+    first = row * out_w + ox_end;
+  }
+}
+#endif /* B8_USE_AVX2 */
+
+B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
+                                        const b8_dims* input_dims, const int8_t* input,
+                                        const b8_dims* filter_dims, const int8_t* filter,
+                                        const int32_t* bias, const b8_dims* output_dims,
+                                        int8_t* output, const b8_pixels* pixels) {
+  const int32_t in_c = input_dims->c, out_c = output_dims->c;
+  if (in_c < 1 || out_c % in_c || filter_dims->c != out_c || filter_dims->n != 1 ||
+      output_dims->n != input_dims->n || conv->stride_h < 1 || conv->stride_w < 1 ||
+      conv->dilation_h < 1 || conv->dilation_w < 1 || conv->pad_value < -128 || conv->pad_value > 127) {
+    return B8_ERROR_ARGUMENT;
+  }
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
+#if B8_USE_AVX2
+  if (out_c == in_c && (B8_USE_AVX512VNNI || in_c >= B8_DW_LANES) && filter_dims->h >= 0 &&
+      filter_dims->w >= 0 && (int64_t)filter_dims->h * filter_dims->w <= B8_DW_MAX_TAPS) {
+    b8_depthwise_conv2d_s8_simd(conv, quant, input_dims, input, filter_dims, filter, bias, output_dims,
+                                output, begin, end);
+    return B8_OK;
+  }
+#endif
+  b8_depthwise_conv2d_s8_portable(conv, quant, input_dims, input, filter_dims, filter, bias, output_dims,
+                                  output, begin, end);
+  return B8_OK;
+}
