@@ -178,6 +178,37 @@ def requantize(
     raise ValueError(f"unknown rounding {rounding!r}")
 
 
+POW2_MULTIPLIER = 1 << 30  # a power-of-two factor 2^e in multiplier form: (2^30, e + 1)
+
+
+def requantize_pow2(acc: np.ndarray, exponent: np.ndarray | int, rounding: str) -> np.ndarray:
+    """acc * 2^exponent rounded as `rounding` says, by shifts alone: requantization with
+    power-of-two scales, where the engine has no multiplier. The same integer function as
+    ``requantize(acc, POW2_MULTIPLIER, exponent + 1, rounding)`` (TFLite's form of a power-of-two
+    factor) for exponents in [-32, 29]; ``b8_requantize_pow2`` is its C image."""
+    acc = np.asarray(acc, dtype=np.int64)
+    exponent = np.asarray(exponent, dtype=np.int64)
+    if rounding == "tflite":  # the multiplier form's two roundings: halve (ties up), then RDBPOT
+        high = (_wrap_int32(acc << np.maximum(exponent + 1, 0)) + 1) >> 1
+        return rounding_divide_by_pot(high, np.maximum(-(exponent + 1), 0))
+    if rounding not in ("single", "single-away"):
+        raise ValueError(f"unknown rounding {rounding!r}")
+    right = np.maximum(-exponent, 0)
+    half = np.where(right > 0, np.int64(1) << np.maximum(right - 1, 0), 0)
+    magnitude = np.abs(acc) if rounding == "single-away" else acc
+    scaled = np.where(exponent >= 0, magnitude << np.maximum(exponent, 0), (magnitude + half) >> right)
+    return np.where(acc < 0, -scaled, scaled) if rounding == "single-away" else scaled
+
+
+def pow2_exponents(multiplier: np.ndarray | int, shift: np.ndarray | int) -> np.ndarray | None:
+    """The exponents of factors that are all powers of two (every multiplier 2^30), for
+    :func:`requantize_pow2`; None if any is not."""
+    multiplier, shift = np.asarray(multiplier), np.asarray(shift)
+    if multiplier.size == 0 or not (multiplier == POW2_MULTIPLIER).all():
+        return None
+    return shift.astype(np.int64) - 1
+
+
 def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray | int) -> np.ndarray:
     """gemmlowp's RoundingDivideByPOT: x / 2^exponent, ties away from zero."""
     x = np.asarray(x, dtype=np.int64)

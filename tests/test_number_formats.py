@@ -77,3 +77,19 @@ def test_cli_takes_the_number_format(tmp_path):
 
     data = json.loads(report.read_text())
     assert data["activations"] == "asymmetric" and data["rounding"] == "tflite" and data["bit_exact"]
+
+
+@pytest.mark.parametrize("rounding", qarith.ROUNDINGS)
+def test_power_of_two_requantization_is_a_shift_equal_to_the_multiplier_form(rounding):
+    """requantize_pow2 (shifts only: what the generated C runs for power-of-two scales) is the
+    same integer function as the multiplier form (2^30, exponent + 1) over int32 and every exponent."""
+    rng = np.random.default_rng(7)
+    acc = np.concatenate([rng.integers(-2**31, 2**31, 5000), rng.integers(-600, 600, 2000),
+                          [0, 1, -1, 3, -3, 5, -5, 2**31 - 1, -2**31]])
+    for exponent in range(-32, 30):
+        shifted = qarith.requantize_pow2(acc, exponent, rounding)
+        assert np.array_equal(shifted, qarith.requantize(acc, qarith.POW2_MULTIPLIER, exponent + 1, rounding)), exponent
+    # ties: 2.5 -> 3; -2.5 -> -3 away from zero, -2 up (single, and TFLite's halving with x 2^30)
+    assert qarith.requantize_pow2(np.array([5, -5]), -1, rounding).tolist() == [3, -3 if rounding == "single-away" else -2]
+    assert qarith.pow2_exponents(np.array([1 << 30, 1 << 30]), np.array([-3, 0])).tolist() == [-4, -1]
+    assert qarith.pow2_exponents(np.array([1 << 30, (1 << 30) + 1]), np.array([0, 0])) is None

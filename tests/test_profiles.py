@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from byoc_int8 import profiles, reference
+from byoc_int8.codegen.emit_c import RegionEmitter
 from byoc_int8.partition import Int8OnlyError
 from byoc_int8.pipeline import compile_model, evaluate
 from byoc_int8.qarith import NumberFormat
@@ -82,15 +83,22 @@ def _calibration() -> np.ndarray:
     return np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32)
 
 
-def test_pow2_npu_requantizes_by_shifts_with_per_tensor_power_of_two_weights():
+@pytest.mark.parametrize("simd", ["portable", None])  # None: the fastest build this CPU runs
+def test_pow2_npu_requantizes_by_shifts_with_per_tensor_power_of_two_weights(simd):
     torch.manual_seed(0)
     model = SmallCNN().eval()
     with pytest.raises(Int8OnlyError, match=r"(?s)1 op\(s\).*relax\.reshape.*profile pow2-npu: ops has no 'reshape'"):
         compile_model(model, _calibration(), int8_only=True, profile="pow2-npu")
-    compiled = compile_model(model, _calibration(), profile="pow2-npu")  # the flatten runs on the host
+    compiled = compile_model(model, _calibration(), profile="pow2-npu", simd=simd)  # the flatten runs on the host
     assert compiled.regions == 2
     report = evaluate(compiled, model, _calibration()[:3], latency_runs=1, layers=[])
     assert report["bit_exact"] and report["cosine_vs_float"] > 0.99
+    # The generated C has no requantization multiplier: NULL multiplier arrays, B8_SHIFT_ONLY adds.
+    regions = list(reference.quantized_regions(compiled.module).items())
+    model_c = "\n".join(RegionEmitter(symbol, qgraph, "portable").emit() for symbol, qgraph in regions)
+    assert "_mult" not in model_c and str(1 << 30) not in model_c
+    assert model_c.count("static const b8_requant_params rq = {NULL, ") == 4
+    assert model_c.count("B8_SHIFT_ONLY") == 3  # the residual add's three factors
     qgraphs = reference.quantized_regions(compiled.module).values()
     weighted = [q for qgraph in qgraphs for q in qgraph.nodes if q.op in ("conv2d", "dense")]
     assert len(weighted) == 4

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import qarith
 from ..quantize import QGraph, QNode
 from ..layout import storage_shape
 
@@ -153,6 +154,13 @@ def c_safe(text: str, where: str) -> str:
     raise ValueError(f"unknown place in C: {where!r}")
 
 
+def _factor(multiplier: int, shift: int) -> str:
+    """A scalar requantization factor as the kernels take it, "multiplier, shift": a power of two
+    is ``B8_SHIFT_ONLY`` and its exponent (a rounding shift, no multiplier)."""
+    exponent = qarith.pow2_exponents(multiplier, shift)
+    return f"{multiplier}, {shift}" if exponent is None else f"B8_SHIFT_ONLY, {int(exponent)}"
+
+
 def _c_ints(values) -> str:
     return ", ".join(str(int(v)) for v in np.asarray(values).ravel())
 
@@ -258,6 +266,8 @@ def footprint(qgraph: QGraph) -> tuple[int, int]:
     constants = 0
     for q in qgraph.nodes:
         for key, value in q.params.items():
+            if key == "multiplier" and qarith.pow2_exponents(value, q.params["shift"]) is not None:
+                continue  # powers of two: the C holds only the shifts
             if isinstance(value, np.ndarray) and key not in ("shape", "begin", "stride", "out_shape", "pads", "inner"):
                 constants += value.size * (1 if value.dtype == np.int8 else value.dtype.itemsize)
     return plan_memory(qgraph, scratch_bytes(qgraph)).size, constants
@@ -318,8 +328,12 @@ class RegionEmitter:
         if qn.op in ("conv2d", "dense"):
             w = self._const(f"{tag}_weight", "int8_t", p["weight"])
             b = self._const(f"{tag}_bias", "int32_t", p["bias"])
-            m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
-            s = self._const(f"{tag}_shift", "int32_t", p["shift"])
+            exponents = qarith.pow2_exponents(p["multiplier"], p["shift"])
+            if exponents is None:
+                m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
+                s = self._const(f"{tag}_shift", "int32_t", p["shift"])
+            else:  # power-of-two scales: a rounding shift per channel, no multiplier
+                m, s = "NULL", self._const(f"{tag}_shift", "int32_t", exponents)
             self.body.append(
                 f"    static const b8_requant_params rq = {{{m}, {s}, {p['act_min']}, {p['act_max']}, "
                 f"{p['output_zero_point']}}};"
@@ -381,13 +395,13 @@ class RegionEmitter:
         elif qn.op == "global_avg_pool2d":
             r = p["requant"]
             self.body.append(f"    static const b8_dims in_dims = {_dims(in_dims)};")
-            self._call(index, f"b8_global_avg_pool_s8({r.multiplier}, {r.shift}, {p['input_zero_point']}, "
+            self._call(index, f"b8_global_avg_pool_s8({_factor(r.multiplier, r.shift)}, {p['input_zero_point']}, "
                               f"{p['output_zero_point']}, &in_dims, {src}, {dst})")
         elif qn.op == "add":
             r = p["rescale"]
             self.body.append(
-                f"    static const b8_add_params ap = {{{r.left_shift}, {r.input1.multiplier}, {r.input1.shift}, "
-                f"{r.input2.multiplier}, {r.input2.shift}, {r.output.multiplier}, {r.output.shift}, "
+                f"    static const b8_add_params ap = {{{r.left_shift}, {_factor(r.input1.multiplier, r.input1.shift)}, "
+                f"{_factor(r.input2.multiplier, r.input2.shift)}, {_factor(r.output.multiplier, r.output.shift)}, "
                 f"{p['act_min']}, {p['act_max']}, {p['input1_zero_point']}, {p['input2_zero_point']}, "
                 f"{p['output_zero_point']}}};"
             )
@@ -402,7 +416,7 @@ class RegionEmitter:
             batches = stored[0]
             pixels = math.prod(stored) // (batches * channels)
             self.body.append(
-                f"    static const b8_mul_params mp = {{{r.multiplier}, {r.shift}, {p['input1_zero_point']}, "
+                f"    static const b8_mul_params mp = {{{_factor(r.multiplier, r.shift)}, {p['input1_zero_point']}, "
                 f"{p['input2_zero_point']}, {p['output_zero_point']}, {p['act_min']}, {p['act_max']}}};"
             )
             src2 = self._buffer(n.inputs[1], plan)
@@ -416,11 +430,14 @@ class RegionEmitter:
             self._call(index, f"b8_clip_s8({size}, {p['act_min']}, {p['act_max']}, {src}, {dst})")
         elif qn.op == "concat":
             k = len(n.inputs)
+            exponents = qarith.pow2_exponents(p["multiplier"], p["shift"])
+            factors = (dict(mult=p["multiplier"], shift=p["shift"]) if exponents is None else dict(shift=exponents))
             self.body += [
                 f"    const int8_t* const parts[{k}] = {{{', '.join(self._buffer(v, plan) for v in n.inputs)}}};",
-                _int32_arrays(inner=p["inner"], mult=p["multiplier"], shift=p["shift"], zero_points=p["zero_points"]),
+                _int32_arrays(inner=p["inner"], **factors, zero_points=p["zero_points"]),
             ]
-            self._call(index, f"b8_concat_s8({k}, parts, inner, mult, shift, zero_points, {p['output_zero_point']}, "
+            mult = "mult" if exponents is None else "NULL"
+            self._call(index, f"b8_concat_s8({k}, parts, inner, {mult}, shift, zero_points, {p['output_zero_point']}, "
                               f"{p['outer']}, {dst})")
         elif qn.op == "slice":
             self.body.append(_int32_arrays(shape=p["shape"], begin=p["begin"], stride=p["stride"], out_shape=p["out_shape"]))

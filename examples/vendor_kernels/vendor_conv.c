@@ -77,8 +77,10 @@ static void pixel_range(const b8_pixels* pixels, const b8_dims* out, int64_t* be
 }
 
 static int8_t output_code(int32_t acc, const b8_requant_params* quant, int32_t channel) {
-  return b8_clamp_s8(b8_requantize(acc, quant->multiplier[channel], quant->shift[channel]) + quant->output_zero_point,
-                     quant->act_min, quant->act_max);
+  /* No multiplier (power-of-two scales): a rounding shift by the channel's exponent. */
+  const int64_t scaled = quant->multiplier ? b8_requantize(acc, quant->multiplier[channel], quant->shift[channel])
+                                           : b8_requantize_pow2(acc, quant->shift[channel]);
+  return b8_clamp_s8(scaled + quant->output_zero_point, quant->act_min, quant->act_max);
 }
 
 b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant, const b8_dims* input_dims,

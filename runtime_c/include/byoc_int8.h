@@ -71,10 +71,13 @@ typedef struct {
 } b8_dims;
 
 /* Output stage shared by the kernels that requantize: one (multiplier, shift) pair per output
- * channel, the output zero point, then a clamp. */
+ * channel, the output zero point, then a clamp. With power-of-two scales every factor is a power
+ * of two and `multiplier` is NULL: requantization is then a rounding shift, b8_requantize_pow2
+ * with exponent shift[c]. */
 typedef struct {
-  const int32_t* multiplier; /* Q0.31, in [2^30, 2^31) or 0 */
-  const int32_t* shift;      /* left shift, in [-31, 30]; negative shifts right */
+  const int32_t* multiplier; /* Q0.31, in [2^30, 2^31) or 0; NULL: shift only */
+  const int32_t* shift;      /* left shift, in [-31, 30]; negative shifts right. Shift only: the
+                                exponent, in [-32, 29] */
   int32_t act_min, act_max;  /* clamp, in the output's int8 codes (zero point included) */
   int32_t output_zero_point; /* added after requantization, before the clamp */
 } b8_requant_params;
@@ -94,9 +97,15 @@ typedef struct {
   int32_t dilation_h, dilation_w;
 } b8_pool_params;
 
+/* A scalar multiplier that is no multiplier: the factor is exactly 2^shift, and requantizing is
+ * the rounding shift b8_requantize_pow2 (power-of-two scales). Valid wherever a kernel takes a
+ * scalar (multiplier, shift) pair. */
+#define B8_SHIFT_ONLY (-1)
+
 /* Elementwise add of two tensors with different scales (TFLite's scheme): each input less its
  * zero point is shifted left by left_shift and rescaled to a common scale, the two are added in
- * int32, and the sum is requantized to the output scale and offset by the output zero point. */
+ * int32, and the sum is requantized to the output scale and offset by the output zero point.
+ * Any of the three multipliers may be B8_SHIFT_ONLY. */
 typedef struct {
   int32_t left_shift;
   int32_t input1_multiplier, input1_shift;
@@ -138,6 +147,37 @@ B8_INLINE int64_t b8_requantize(int32_t acc, int32_t multiplier, int32_t shift) 
   return (product + ((int64_t)1 << (right - 1))) >> right;
 #endif
 #endif
+}
+
+/* Requantization by a power of two, a rounding shift with no multiplier: acc * 2^exponent
+ * (exponent in [-32, 29]), rounded as B8_ROUNDING says. It is the same integer function as
+ * b8_requantize(acc, 2^30, exponent + 1), TFLite's form of a power-of-two factor, in every
+ * rounding (byoc_int8/qarith.py: requantize_pow2; the C and Python tests check both). */
+B8_INLINE int64_t b8_requantize_pow2(int32_t acc, int32_t exponent) {
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  /* b8_requantize's steps with M = 2^30: the doubling high multiply halves x rounding ties up,
+   * then RoundingDivideByPOT shifts right rounding ties away from zero. */
+  const int32_t left = exponent + 1 > 0 ? exponent + 1 : 0, right = exponent + 1 < 0 ? -(exponent + 1) : 0;
+  const int32_t x = (int32_t)((uint32_t)acc << left);
+  const int32_t high = (int32_t)(((int64_t)x + 1) >> 1);
+  const int32_t mask = (int32_t)(((int64_t)1 << right) - 1);
+  const int32_t threshold = (mask >> 1) + (high < 0);
+  return (int64_t)(high >> right) + ((high & mask) > threshold);
+#else
+  if (exponent >= 0) return (int64_t)acc * ((int64_t)1 << exponent); /* < 2^61: no overflow */
+  const int32_t right = -exponent; /* in [1, 32] */
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  const int64_t magnitude = ((acc < 0 ? -(int64_t)acc : (int64_t)acc) + ((int64_t)1 << (right - 1))) >> right;
+  return acc < 0 ? -magnitude : magnitude;
+#else
+  return ((int64_t)acc + ((int64_t)1 << (right - 1))) >> right;
+#endif
+#endif
+}
+
+/* A scalar (multiplier, shift) pair's requantization, B8_SHIFT_ONLY included. */
+B8_INLINE int64_t b8_rescale(int32_t acc, int32_t multiplier, int32_t shift) {
+  return multiplier == B8_SHIFT_ONLY ? b8_requantize_pow2(acc, shift) : b8_requantize(acc, multiplier, shift);
 }
 
 /* round(acc * mantissa * 2^exponent) as C computes round((double)acc * real) for the double
@@ -234,7 +274,7 @@ B8_API b8_status b8_avg_pool2d_s8(const b8_pool_params* pool, int32_t count_incl
                                   const b8_dims* output_dims, int8_t* output);
 
 /* Mean over H and W: the int32 sum of (x - input_zero_point), one requantization (the multiplier
- * folds in 1 / (H * W) and the rescale), plus output_zero_point. */
+ * folds in 1 / (H * W) and the rescale; it may be B8_SHIFT_ONLY), plus output_zero_point. */
 B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_t input_zero_point,
                                        int32_t output_zero_point, const b8_dims* input_dims,
                                        const int8_t* input, int8_t* output);
@@ -268,7 +308,7 @@ B8_API b8_status b8_clip_s8(int32_t size, int32_t act_min, int32_t act_max, cons
                             int8_t* output);
 
 /* Elementwise product (TFLite's MUL): requant((in1 - z1) * (in2 - z2)) + output zero point,
- * clamped; the multiplier folds in s1 * s2 / s_out. */
+ * clamped; the multiplier folds in s1 * s2 / s_out (it may be B8_SHIFT_ONLY). */
 typedef struct {
   int32_t multiplier, shift;
   int32_t input1_zero_point, input2_zero_point, output_zero_point;
@@ -287,7 +327,8 @@ B8_API b8_status b8_lut_s8(int32_t size, const int8_t* table, const int8_t* inpu
 
 /* Concatenation along one axis: the tensors are viewed as (outer, inner_i) and output row r is
  * the rows r of every input side by side, each requantized to the output scale:
- * requant(x - zero_points[i]) + output_zero_point. */
+ * requant(x - zero_points[i]) + output_zero_point; `multiplier` NULL: shift only, as in
+ * b8_requant_params. */
 B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
                               const int32_t* multiplier, const int32_t* shift,
                               const int32_t* zero_points, int32_t output_zero_point, int32_t outer,

@@ -246,7 +246,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   }
 #endif
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
-  int vector_epilogue = out_c % 8 == 0;
+  /* Shift-only requantization (multiplier NULL: power-of-two scales) takes the scalar epilogue. */
+  int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);

@@ -1,6 +1,7 @@
 /* Fully connected layer: the fixed-point output stage, and TFLite's reference double-precision
  * one (for bit-exactness with imported .tflite models). */
 #include "byoc_int8.h"
+#include "internal.h"
 
 static int32_t b8_dense_accumulator(const int8_t* row, const int8_t* w, int32_t depth, const int32_t* bias,
                                     int32_t unit) {
@@ -16,9 +17,7 @@ B8_API b8_status b8_dense_s8(const b8_requant_params* quant, int32_t batches, in
   for (int32_t b = 0; b < batches; ++b) {
     for (int32_t u = 0; u < units; ++u) {
       const int32_t acc = b8_dense_accumulator(input + (int64_t)b * depth, weights + (int64_t)u * depth, depth, bias, u);
-      output[(int64_t)b * units + u] = b8_clamp_s8(
-          b8_requantize(acc, quant->multiplier[u], quant->shift[u]) + quant->output_zero_point,
-          quant->act_min, quant->act_max);
+      output[(int64_t)b * units + u] = b8_output_s8(acc, quant, u);
     }
   }
   return B8_OK;

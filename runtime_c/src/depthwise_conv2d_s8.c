@@ -252,7 +252,8 @@ B8_API b8_status b8_depthwise_conv2d_s8(const b8_conv_params* conv, const b8_req
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
 #if B8_USE_AVX2
-  if (out_c == in_c && (B8_USE_AVX512VNNI || in_c >= B8_DW_LANES) && filter_dims->h >= 0 &&
+  /* Shift-only requantization (multiplier NULL: power-of-two scales) runs the portable loop. */
+  if (quant->multiplier && out_c == in_c && (B8_USE_AVX512VNNI || in_c >= B8_DW_LANES) && filter_dims->h >= 0 &&
       filter_dims->w >= 0 && (int64_t)filter_dims->h * filter_dims->w <= B8_DW_MAX_TAPS) {
     b8_depthwise_conv2d_s8_simd(conv, quant, input_dims, input, filter_dims, filter, bias, output_dims,
                                 output, begin, end);

@@ -10,31 +10,36 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
   }
   int32_t i = 0;
 #if B8_USE_AVX2
+  /* Power-of-two factors (B8_SHIFT_ONLY) run here in their multiplier form, the same function. */
+  b8_add_params vec = *params;
+  b8_multiplier_form(&vec.input1_multiplier, &vec.input1_shift);
+  b8_multiplier_form(&vec.input2_multiplier, &vec.input2_shift);
+  b8_multiplier_form(&vec.output_multiplier, &vec.output_shift);
   /* Eight at a time while every factor is below 1 (shifts <= 0), which b8_requantize_x8 needs;
    * TFLite's scheme gives that for any scales. The tail and other cases go one by one. */
-  if (params->input1_shift <= 0 && params->input2_shift <= 0 && params->output_shift <= 0) {
-    const __m256i m1 = _mm256_set1_epi32(params->input1_multiplier);
-    const __m256i m2 = _mm256_set1_epi32(params->input2_multiplier);
-    const __m256i mo = _mm256_set1_epi32(params->output_multiplier);
-    const __m256i r1 = _mm256_set1_epi32(31 - params->input1_shift);
-    const __m256i r2 = _mm256_set1_epi32(31 - params->input2_shift);
-    const __m256i ro = _mm256_set1_epi32(31 - params->output_shift);
-    const __m256i lo = _mm256_set1_epi32(params->act_min), hi = _mm256_set1_epi32(params->act_max);
-    const __m128i left = _mm_cvtsi32_si128(params->left_shift);
-    const __m256i z1 = _mm256_set1_epi32(params->input1_zero_point);
-    const __m256i z2 = _mm256_set1_epi32(params->input2_zero_point);
-    const __m256i zo = _mm256_set1_epi32(params->output_zero_point);
+  if (vec.input1_shift <= 0 && vec.input2_shift <= 0 && vec.output_shift <= 0) {
+    const __m256i m1 = _mm256_set1_epi32(vec.input1_multiplier);
+    const __m256i m2 = _mm256_set1_epi32(vec.input2_multiplier);
+    const __m256i mo = _mm256_set1_epi32(vec.output_multiplier);
+    const __m256i r1 = _mm256_set1_epi32(31 - vec.input1_shift);
+    const __m256i r2 = _mm256_set1_epi32(31 - vec.input2_shift);
+    const __m256i ro = _mm256_set1_epi32(31 - vec.output_shift);
+    const __m256i lo = _mm256_set1_epi32(vec.act_min), hi = _mm256_set1_epi32(vec.act_max);
+    const __m128i left = _mm_cvtsi32_si128(vec.left_shift);
+    const __m256i z1 = _mm256_set1_epi32(vec.input1_zero_point);
+    const __m256i z2 = _mm256_set1_epi32(vec.input2_zero_point);
+    const __m256i zo = _mm256_set1_epi32(vec.output_zero_point);
 #if B8_USE_AVX512VNNI
-    const __m512i m1x = _mm512_set1_epi32(params->input1_multiplier);
-    const __m512i m2x = _mm512_set1_epi32(params->input2_multiplier);
-    const __m512i mox = _mm512_set1_epi32(params->output_multiplier);
-    const __m512i r1x = _mm512_set1_epi32(31 - params->input1_shift);
-    const __m512i r2x = _mm512_set1_epi32(31 - params->input2_shift);
-    const __m512i rox = _mm512_set1_epi32(31 - params->output_shift);
-    const __m512i lox = _mm512_set1_epi32(params->act_min), hix = _mm512_set1_epi32(params->act_max);
-    const __m512i z1x = _mm512_set1_epi32(params->input1_zero_point);
-    const __m512i z2x = _mm512_set1_epi32(params->input2_zero_point);
-    const __m512i zox = _mm512_set1_epi32(params->output_zero_point);
+    const __m512i m1x = _mm512_set1_epi32(vec.input1_multiplier);
+    const __m512i m2x = _mm512_set1_epi32(vec.input2_multiplier);
+    const __m512i mox = _mm512_set1_epi32(vec.output_multiplier);
+    const __m512i r1x = _mm512_set1_epi32(31 - vec.input1_shift);
+    const __m512i r2x = _mm512_set1_epi32(31 - vec.input2_shift);
+    const __m512i rox = _mm512_set1_epi32(31 - vec.output_shift);
+    const __m512i lox = _mm512_set1_epi32(vec.act_min), hix = _mm512_set1_epi32(vec.act_max);
+    const __m512i z1x = _mm512_set1_epi32(vec.input1_zero_point);
+    const __m512i z2x = _mm512_set1_epi32(vec.input2_zero_point);
+    const __m512i zox = _mm512_set1_epi32(vec.output_zero_point);
     for (; i + 16 <= size; i += 16) {
       const __m512i x1 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input1 + i), z1x), left);
       const __m512i x2 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input2 + i), z2x), left);
@@ -53,12 +58,12 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
   for (; i < size; ++i) {
     /* |x - zero_point| <= 255 << 22 < 2^30 and each rescale multiplies by at most 1/2 (see
      * qarith), so the two terms and their sum fit in int32. */
-    const int32_t a = (int32_t)b8_requantize((input1[i] - params->input1_zero_point) * (1 << params->left_shift),
-                                             params->input1_multiplier, params->input1_shift);
-    const int32_t b = (int32_t)b8_requantize((input2[i] - params->input2_zero_point) * (1 << params->left_shift),
-                                             params->input2_multiplier, params->input2_shift);
+    const int32_t a = (int32_t)b8_rescale((input1[i] - params->input1_zero_point) * (1 << params->left_shift),
+                                          params->input1_multiplier, params->input1_shift);
+    const int32_t b = (int32_t)b8_rescale((input2[i] - params->input2_zero_point) * (1 << params->left_shift),
+                                          params->input2_multiplier, params->input2_shift);
     output[i] = b8_clamp_s8(
-        b8_requantize(a + b, params->output_multiplier, params->output_shift) + params->output_zero_point,
+        b8_rescale(a + b, params->output_multiplier, params->output_shift) + params->output_zero_point,
         params->act_min, params->act_max);
   }
   return B8_OK;
@@ -89,7 +94,7 @@ B8_API b8_status b8_mul_s8(const b8_mul_params* params, int32_t batches, int32_t
         /* |product| <= 255 * 255: no overflow. */
         const int32_t product = (input1[at + c] - params->input1_zero_point) * (gate[c] - params->input2_zero_point);
         output[at + c] = b8_clamp_s8(
-            b8_requantize(product, params->multiplier, params->shift) + params->output_zero_point,
+            b8_rescale(product, params->multiplier, params->shift) + params->output_zero_point,
             params->act_min, params->act_max);
       }
     }

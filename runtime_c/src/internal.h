@@ -14,10 +14,20 @@ B8_INLINE void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dim
   *end = pixels ? (pixels->end > total ? total : pixels->end) : total;
 }
 
+/* A scalar power-of-two factor (B8_SHIFT_ONLY, exponent e) rewritten as the (multiplier, shift)
+ * pair of the same integer function, (2^30, e + 1), for vector code written for multipliers. */
+B8_INLINE void b8_multiplier_form(int32_t* multiplier, int32_t* shift) {
+  if (*multiplier == B8_SHIFT_ONLY) {
+    *multiplier = 1 << 30;
+    *shift += 1;
+  }
+}
+
 /* The scalar output stage: bias, requantization, output zero point, clamp. */
 B8_INLINE int8_t b8_output_s8(int32_t acc, const b8_requant_params* quant, int32_t oc) {
-  return b8_clamp_s8(b8_requantize(acc, quant->multiplier[oc], quant->shift[oc]) + quant->output_zero_point,
-                     quant->act_min, quant->act_max);
+  const int64_t scaled = quant->multiplier ? b8_requantize(acc, quant->multiplier[oc], quant->shift[oc])
+                                           : b8_requantize_pow2(acc, quant->shift[oc]);
+  return b8_clamp_s8(scaled + quant->output_zero_point, quant->act_min, quant->act_max);
 }
 
 #if B8_USE_AVX2

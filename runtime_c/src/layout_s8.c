@@ -94,9 +94,9 @@ B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, c
   for (int32_t r = 0; r < outer; ++r) {
     for (int32_t k = 0; k < num_inputs; ++k) {
       const int8_t* row = inputs[k] + (int64_t)r * inner[k];
+      const int32_t factor = multiplier ? multiplier[k] : B8_SHIFT_ONLY;
       for (int32_t i = 0; i < inner[k]; ++i)
-        *output++ = b8_clamp_s8(
-            b8_requantize(row[i] - zero_points[k], multiplier[k], shift[k]) + output_zero_point, -128, 127);
+        *output++ = b8_clamp_s8(b8_rescale(row[i] - zero_points[k], factor, shift[k]) + output_zero_point, -128, 127);
     }
   }
   return B8_OK;

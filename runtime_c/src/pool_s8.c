@@ -90,7 +90,7 @@ B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_
       int32_t sum = -plane * input_zero_point;
       for (int32_t p = 0; p < plane; ++p) sum += image[(int64_t)p * c + ch];
       output[(int64_t)n * c + ch] =
-          b8_clamp_s8(b8_requantize(sum, multiplier, shift) + output_zero_point, -128, 127);
+          b8_clamp_s8(b8_rescale(sum, multiplier, shift) + output_zero_point, -128, 127);
     }
   }
   return B8_OK;

@@ -44,6 +44,51 @@ static void test_requantize(void) {
   EXPECT_EQ(b8_clamp_s8(-1000, 0, 127), 0);
 }
 
+/* Power-of-two requantization is a rounding shift, the same integer function as the multiplier
+ * form (2^30, exponent + 1) in every rounding: edge accumulators and a pseudo-random sweep over
+ * every exponent; then a shift-only add and dense equal their multiplier-form calls. */
+static void test_requantize_pow2(void) {
+  static const int32_t edges[] = {0, 1, -1, 2, -2, 3, -3, 5, -5, 127, -128, 1 << 20, -(1 << 20),
+                                  INT32_MAX, INT32_MIN, INT32_MAX - 1, INT32_MIN + 1};
+  uint32_t state = 12345u;
+  for (int32_t exponent = -32; exponent <= 29; ++exponent) {
+    for (int32_t i = 0; i < 4000; ++i) {
+      int32_t acc;
+      if (i < (int32_t)(sizeof edges / sizeof edges[0])) {
+        acc = edges[i];
+      } else {
+        state = state * 1664525u + 1013904223u;
+        acc = (int32_t)(state >> (i % 31)) * (i % 2 ? -1 : 1);
+      }
+      if (b8_requantize_pow2(acc, exponent) != b8_requantize(acc, 1 << 30, exponent + 1)) {
+        fprintf(stderr, "pow2 requantize differs: acc %ld exponent %ld\n", (long)acc, (long)exponent);
+        ++failures;
+        return;
+      }
+    }
+  }
+  EXPECT_EQ(b8_requantize_pow2(12, -3), 2); /* 1.5 -> 2 */
+  EXPECT_EQ(b8_requantize_pow2(3, 2), 12);
+
+  int8_t a[40], b[40], shift_only[40], multiplied[40];
+  for (int32_t i = 0; i < 40; ++i) {
+    a[i] = (int8_t)(i * 37 - 128);
+    b[i] = (int8_t)(100 - i * 11);
+  }
+  const b8_add_params pow2 = {20, B8_SHIFT_ONLY, -1, B8_SHIFT_ONLY, -2, B8_SHIFT_ONLY, -19, -128, 127, 3, -4, 1};
+  const b8_add_params mult = {20, 1 << 30, 0, 1 << 30, -1, 1 << 30, -18, -128, 127, 3, -4, 1};
+  EXPECT_EQ(b8_add_s8(&pow2, 40, a, b, shift_only), B8_OK);
+  EXPECT_EQ(b8_add_s8(&mult, 40, a, b, multiplied), B8_OK);
+  EXPECT_EQ(memcmp(shift_only, multiplied, 40), 0);
+
+  const int32_t bias[2] = {7, -300}, shift[2] = {-4, -6}, shift_plus_one[2] = {-3, -5}, ones[2] = {1 << 30, 1 << 30};
+  const b8_requant_params pow2_quant = {NULL, shift, -128, 127, 2};
+  const b8_requant_params mult_quant = {ones, shift_plus_one, -128, 127, 2};
+  EXPECT_EQ(b8_dense_s8(&pow2_quant, 20, 2, 2, a, b, bias, shift_only), B8_OK);
+  EXPECT_EQ(b8_dense_s8(&mult_quant, 20, 2, 2, a, b, bias, multiplied), B8_OK);
+  EXPECT_EQ(memcmp(shift_only, multiplied, 40), 0);
+}
+
 /* 3x3 input, one channel, 2x2 filter of ones, padding 1 on top/left, stride 2: each output is the
  * sum of the window's in-bounds values. */
 static void test_conv2d_padding_and_stride(void) {
@@ -309,6 +354,7 @@ int main(void) {
     return 77;
   }
   test_requantize();
+  test_requantize_pow2();
   test_conv2d_padding_and_stride();
   test_max_pool_ignores_padding();
   test_add_saturates();
