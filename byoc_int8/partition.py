@@ -8,13 +8,14 @@ every op is supported becomes a single region. Whatever is left in ``main`` runs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
 from tvm import relax
 
-from . import patterns, profiles
+from . import memory, patterns, profiles
 
 @dataclass(frozen=True)
 class HostOp:
@@ -124,6 +125,135 @@ def _rename_regions(mod: tvm.IRModule) -> tvm.IRModule:
     return result
 
 
+# ---- Regions within an on-chip memory budget ----
+# MergeCompositeFunctions merges neighbouring composites of one codegen, named by the prefix of
+# their "Composite" attribute. To keep a region within a profile's memory_bytes, main's composite
+# calls are cut, in program order, into runs whose arena (memory.plan_arena, the plan the
+# generated C allocates) fits; each run's composites get a codegen name of their own
+# ("ccompiler_part<k>") so that no region crosses a cut, and the regions are renamed back to
+# ccompiler afterwards.
+_PART = f"{patterns.CODEGEN_NAME}_part"
+
+
+def _tensor_vars(expr: relax.Expr) -> list[relax.Var]:
+    if isinstance(expr, relax.Var):
+        return [expr]
+    if isinstance(expr, relax.Tuple):
+        return [v for field in expr.fields for v in _tensor_vars(field)]
+    if isinstance(expr, relax.TupleGetItem):
+        return _tensor_vars(expr.tuple_value)
+    if isinstance(expr, relax.Call):
+        return [v for arg in expr.args for v in _tensor_vars(arg)]
+    return []
+
+
+def _nbytes(var: relax.Var) -> int:
+    """int8 bytes of a tensor (or of a tuple's tensors)."""
+    fields = var.ty.fields if isinstance(var.ty, tvm.ir.TupleType) else [var.ty]
+    return sum(math.prod(int(d) for d in f.shape.values) for f in fields if isinstance(f, relax.TensorType))
+
+
+def _scratch(func: relax.Function) -> int:
+    """The arena scratch of a composite (patterns.conv_scratch_bytes of its convolution)."""
+    scratch = 0
+
+    def visit(expr):
+        nonlocal scratch
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d":
+            scratch = max(scratch, patterns.conv_scratch_bytes(expr))
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return scratch
+
+
+def _map_bindings(func: relax.Function, new_value: Callable[[relax.Binding], relax.Expr]) -> relax.Function:
+    """`func` with each binding's value replaced by new_value(binding)."""
+    blocks = []
+    for block in func.body.blocks:
+        bindings = [relax.VarBinding(b.var, new_value(b)) for b in block.bindings]
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock) else relax.BindingBlock(bindings))
+    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
+                          func.attrs, func.span)
+
+
+def _memory_parts(mod: tvm.IRModule, budget: int) -> list[tuple[relax.Var, int]]:
+    """main's composite calls (by the variable each defines) with the index of the run they fall
+    in: runs in program order, each as long as its arena stays within `budget` bytes (the pattern
+    checks have refused every call whose arena alone would exceed it)."""
+    main = mod["main"]
+    calls: list[tuple[relax.Var, relax.Call]] = []
+    users: dict[relax.Var, set[relax.Var | None]] = {}  # value -> the bindings that read it (None: main's result)
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
+                if "Composite" in (mod[value.op].attrs or {}):
+                    calls.append((binding.var, value))
+            for v in _tensor_vars(value):
+                users.setdefault(v, set()).add(binding.var)
+    for v in _tensor_vars(main.body.body):
+        users.setdefault(v, set()).add(None)
+
+    def arena(run: list[tuple[relax.Var, relax.Call]]) -> int:
+        made = {var for var, _ in run}
+        steps = [(_tensor_vars(call), var) for var, call in run]
+        inputs = list(dict.fromkeys(v for args, _ in steps for v in args if v not in made))
+        outputs = [var for var in made if users.get(var, set()) - made]
+        sizes = {v: _nbytes(v) for v in [*inputs, *made]}
+        scratch = max(_scratch(mod[call.op]) for _, call in run)
+        return memory.plan_arena(steps, sizes, inputs, outputs, scratch_bytes=scratch).size
+
+    parts, run, index = [], [], 0
+    for var, call in calls:
+        if run and arena([*run, (var, call)]) > budget:
+            run, index = [], index + 1
+        run.append((var, call))
+        parts.append((var, index))
+    return parts
+
+
+def _separate_by_memory(mod: tvm.IRModule, budget: int) -> tvm.IRModule:
+    """Give each run of _memory_parts its own codegen name, so that no merged region crosses runs."""
+    parts = dict(_memory_parts(mod, budget))
+    if not parts or max(parts.values()) == 0:
+        return mod
+    copies: dict[tuple[str, int], relax.GlobalVar] = {}  # (composite function, run) -> its copy
+
+    def callee(binding: relax.Binding) -> relax.Expr:
+        call = binding.value
+        if binding.var not in parts:
+            return call
+        key = (call.op.name_hint, parts[binding.var])
+        if key not in copies:
+            func = mod[call.op]
+            gv = relax.GlobalVar(f"{call.op.name_hint}_part{key[1]}")
+            relax.expr._update_type(gv, call.op.ty)
+            kind = str(func.attrs["Composite"]).split(".", 1)[1]
+            mod[gv] = func.with_attr("Composite", f"{_PART}{key[1]}.{kind}")
+            copies[key] = gv
+        return relax.Call(copies[key], call.args, call.attrs, call.ty_args, call.span)
+
+    mod["main"] = _map_bindings(mod["main"], callee)
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+def _one_codegen_name(mod: tvm.IRModule) -> tvm.IRModule:
+    """Regions and their composites named ccompiler again, after _separate_by_memory."""
+    def restored(name: str) -> str:
+        prefix, kind = name.split(".", 1)
+        return f"{patterns.CODEGEN_NAME}.{kind}" if prefix.startswith(_PART) else name
+
+    def composite(binding: relax.Binding) -> relax.Expr:
+        value = binding.value
+        if isinstance(value, relax.Function) and "Composite" in (value.attrs or {}):
+            return value.with_attr("Composite", restored(str(value.attrs["Composite"])))
+        return value
+
+    for name, func in region_functions(mod).items():
+        mod[mod.get_global_var(name)] = _map_bindings(func, composite).with_attr("Codegen", patterns.CODEGEN_NAME)
+    return mod
+
+
 @dataclass
 class Partitioned:
     mod: tvm.IRModule
@@ -144,7 +274,12 @@ def partition(mod: tvm.IRModule, int8_only: bool = False, prequantized: bool = F
     with patterns.using_profile(profile):
         mod = relax.transform.FuseOpsByPattern(fusion, bind_constants=True, annotate_codegen=False)(mod)
     reasons = patterns.take_refusals()  # by the variable a refused call defines, which host ops keep
+    budget = profile.limits.get("memory_bytes")
+    if budget:
+        mod = _separate_by_memory(mod, budget)
     mod = relax.transform.MergeCompositeFunctions()(mod)
+    if budget:
+        mod = _one_codegen_name(mod)
     mod = _rename_regions(relax.transform.DeadCodeElimination()(mod))
     host = []
     for block in mod["main"].body.blocks:

@@ -367,6 +367,17 @@ def _geometry(ctx: PatternCheckContext) -> tuple[int, tuple[int, int], tuple[int
     return None
 
 
+def conv_scratch_bytes(conv: relax.Call) -> int:
+    """Arena scratch of a convolution (codegen.emit_c.scratch_bytes): the gathered patch,
+    in_channels / groups x kernel_h x kernel_w bytes, none for a depthwise one."""
+    weight, layout = _static_shape(conv.args[1]), str(conv.attrs.kernel_layout)
+    data, data_layout = _static_shape(conv.args[0]), str(conv.attrs.data_layout)
+    groups = int(conv.attrs.groups)
+    if groups > 1 and groups == data[data_layout.index("C")]:
+        return 0
+    return weight[layout.index("I")] * weight[layout.index("H")] * weight[layout.index("W")]
+
+
 def _profile_problem(kind: str, ctx: PatternCheckContext) -> str | None:
     profile = getattr(_local, "profile", profiles.DEFAULT_PROFILE)
     if profile is profiles.DEFAULT_PROFILE:
@@ -377,9 +388,10 @@ def _profile_problem(kind: str, ctx: PatternCheckContext) -> str | None:
     shapes = [s for s in (_static_shape(t) for t in [*tensors, ann["root"]]) if s is not None]
     try:
         geometry = _geometry(ctx)
+        scratch = conv_scratch_bytes(ann["conv"]) if "conv" in ann else 0
     except (TypeError, ValueError, IndexError):
-        geometry = None
-    return profiles.composite_problem(profile, kind, geometry, profiles.tensor_bytes(shapes))
+        geometry, scratch = None, 0
+    return profiles.composite_problem(profile, kind, geometry, profiles.arena_bytes(shapes, scratch))
 
 
 def _recorded(spec: "CompositeSpec") -> Callable[[PatternCheckContext], bool]:

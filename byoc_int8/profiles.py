@@ -5,6 +5,7 @@ A profile names the composites the engine has (``ops``), the numbers it computes
 any or power-of-two scales) and its limits (largest channel count, kernel size and stride, and
 on-chip memory). The partitioner refuses, with a reason naming the profile key, any composite
 the profile rules out; those ops run on the host by default and are listed by ``--int8-only``.
+With ``memory_bytes`` it also splits regions so that each one's arena fits (``memory.py``).
 
 Built-ins: ``x86-sim`` (the default: everything the x86 kernels do), ``tflite-int8`` (TFLite's
 int8 specification) and ``pow2-npu`` (the simplest NPUs: power-of-two scales, per-tensor weights,
@@ -35,6 +36,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import memory
 from .qarith import NumberFormat
 
 # The op families a composite can need. A fused activation adds its own: conv2d + relu.
@@ -119,10 +121,10 @@ def composite_ops(kind: str) -> set[str]:
     return needs
 
 
-def composite_problem(profile: Profile, kind: str, conv_or_pool=None, tensor_bytes: int = 0) -> str | None:
+def composite_problem(profile: Profile, kind: str, conv_or_pool=None, arena_bytes: int = 0) -> str | None:
     """Why `profile` rules a composite out, naming the profile key, or None. `conv_or_pool`:
     (channels, kernel (h, w), strides (h, w)) of a convolution, dense layer or pool;
-    `tensor_bytes`: its int8 inputs and output together."""
+    `arena_bytes`: what it needs in the arena alone (its int8 inputs, output and scratch)."""
     missing = sorted(composite_ops(kind) - profile.ops)
     if missing:
         return f"profile {profile.name}: ops has no {', '.join(repr(m) for m in missing)}"
@@ -135,11 +137,13 @@ def composite_problem(profile: Profile, kind: str, conv_or_pool=None, tensor_byt
             return f"profile {profile.name}: limits.max_kernel is {limits['max_kernel']}, this {kind} has a {kernel[0]}x{kernel[1]} kernel"
         if "max_stride" in limits and max(strides) > limits["max_stride"]:
             return f"profile {profile.name}: limits.max_stride is {limits['max_stride']}, this {kind} has stride {max(strides)}"
-    if "memory_bytes" in limits and tensor_bytes > limits["memory_bytes"]:
+    if "memory_bytes" in limits and arena_bytes > limits["memory_bytes"]:
         return (f"profile {profile.name}: limits.memory_bytes is {limits['memory_bytes']}, this {kind} alone needs "
-                f"{tensor_bytes} bytes of int8 input and output")
+                f"{arena_bytes} bytes (its int8 inputs and output, and scratch)")
     return None
 
 
-def tensor_bytes(shapes: list[tuple[int, ...]]) -> int:
-    return sum(math.prod(s) for s in shapes)
+def arena_bytes(shapes: list[tuple[int, ...]], scratch: int = 0) -> int:
+    """The arena of one op alone (memory.plan_arena): its int8 inputs and output, each aligned,
+    and its scratch."""
+    return sum(memory.aligned(math.prod(s)) for s in shapes) + memory.aligned(scratch)

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from byoc_int8 import profiles, reference
-from byoc_int8.codegen.emit_c import RegionEmitter
+from byoc_int8.codegen.emit_c import RegionEmitter, footprint
 from byoc_int8.partition import Int8OnlyError
 from byoc_int8.pipeline import compile_model, evaluate
 from byoc_int8.qarith import NumberFormat
@@ -121,9 +121,28 @@ def test_profile_ops_and_limits_refuse_with_the_profile_key(tmp_path):
         compile_model(model, _calibration(), int8_only=True, profile=path)
     text = str(refused.value)
     assert "profile tiny: limits.max_kernel is 3, this conv2d has a 5x5 kernel" in text
-    # conv1: 3x16x16 in, 8x16x16 out = 2816 bytes
-    assert "profile tiny: limits.memory_bytes is 2048, this conv2d alone needs 2816 bytes" in text
+    # conv1: 3x16x16 in (768 bytes), 8x16x16 out (2048), a 3x3x3 patch of scratch (27, 64 aligned)
+    assert "profile tiny: limits.memory_bytes is 2048, this conv2d alone needs 2880 bytes (its int8" in text
     # By default the refused ops run on the host, and the rest is still int8 and exact.
     compiled = compile_model(model, _calibration(), profile=path)
     assert {h["op"] for h in compiled.host_ops} >= {"relax.nn.conv2d"} and compiled.regions >= 1
     assert evaluate(compiled, model, _calibration()[:2], latency_runs=1, layers=[])["bit_exact"]
+
+
+def test_a_region_over_the_memory_budget_is_split_into_regions_that_fit(tmp_path):
+    """The whole SmallCNN region plans a 3072-byte arena: a budget of 3072 keeps one region, one
+    byte less splits it (the partitioner checks the same plan the generated C allocates), and each
+    part fits, stays int8 and bit-exact."""
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    arenas = {}
+    for budget in (3072, 3071, 2900):
+        path = tmp_path / f"sram{budget}.toml"
+        path.write_text(f'name = "sram"\nops = {sorted(profiles.DEFAULT_PROFILE.ops)!r}\n'
+                        f"[limits]\nmemory_bytes = {budget}\n".replace("'", '"'))
+        compiled = compile_model(model, _calibration(), profile=path, int8_only=True)
+        arenas[budget] = [footprint(q)[0] for q in reference.quantized_regions(compiled.module).values()]
+        assert max(arenas[budget]) <= budget and compiled.ops_offloaded == compiled.ops_total
+        assert evaluate(compiled, model, _calibration()[:2], latency_runs=1, layers=[])["bit_exact"]
+    assert arenas[3072] == [3072]
+    assert len(arenas[3071]) == 2 and len(arenas[2900]) >= 2

@@ -17,7 +17,6 @@ header's scheduler functions, and filters through ``b8_model_filter``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +24,10 @@ import numpy as np
 from .. import qarith
 from ..quantize import QGraph, QNode
 from ..layout import storage_shape
+from ..memory import ALIGN, MemoryPlan, plan_arena
 
 RUNTIME_C = Path(__file__).resolve().parents[2] / "runtime_c"
 KERNEL_FILES = ["conv2d_s8.c", "depthwise_conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
-ALIGN = 64
 
 
 def kernel_files() -> list[Path]:
@@ -201,63 +200,18 @@ def scratch_bytes(qgraph: QGraph) -> int:
     return max(sizes)
 
 
-@dataclass
-class MemoryPlan:
-    offsets: dict[int, int]  # value id -> byte offset in the arena
-    scratch_offset: int
-    size: int
-
-
 def plan_memory(qgraph: QGraph, scratch_bytes: int) -> MemoryPlan:
-    """First-fit placement of every int8 value in one arena, reusing space after a value's last use.
-
-    A reshape or transpose that keeps the bytes in place aliases its input. Graph outputs live to the end.
-    """
+    """The region's arena (memory.plan_arena): a reshape or transpose that keeps the bytes in
+    place aliases its input; graph outputs live to the end."""
     g = qgraph.graph
-    alias = {q.node.output: q.node.inputs[0] for q in qgraph.nodes if moves_no_bytes(q)}
-
-    def root(v: int) -> int:
-        while v in alias:
-            v = alias[v]
-        return v
-
-    last_use = {root(v): -1 for v in range(g.num_values)}
-    for step, q in enumerate(qgraph.nodes):
-        for v in q.node.inputs + [q.node.output]:
-            last_use[root(v)] = max(last_use[root(v)], step)
-    for v in g.outputs:
-        last_use[root(v)] = len(qgraph.nodes)
-
-    def size_of(v: int) -> int:
-        return -(-math.prod(g.shapes[v]) // ALIGN) * ALIGN
-
-    live: list[tuple[int, int, int]] = []  # (offset, size, value)
-    offsets: dict[int, int] = {}
-    top = 0
-
-    def place(v: int, step: int) -> None:
-        nonlocal top
-        live[:] = [entry for entry in live if last_use[entry[2]] >= step]
-        size = size_of(v)
-        cursor = 0
-        for offset, length, _ in sorted(live):
-            if offset - cursor >= size:
-                break
-            cursor = max(cursor, offset + length)
-        offsets[v] = cursor
-        live.append((cursor, size, v))
-        top = max(top, cursor + size)
-
-    for v in g.inputs:
-        place(v, 0)
-    for step, q in enumerate(qgraph.nodes):
-        if q.node.output in alias:
-            continue
-        place(q.node.output, step)
-    for v in alias:
-        offsets[v] = offsets[root(v)]
-    scratch_offset = top
-    return MemoryPlan(offsets, scratch_offset, top + -(-scratch_bytes // ALIGN) * ALIGN)
+    return plan_arena(
+        steps=[(q.node.inputs, q.node.output) for q in qgraph.nodes],
+        sizes={v: math.prod(g.shapes[v]) for v in range(g.num_values)},
+        inputs=g.inputs,
+        outputs=g.outputs,
+        alias={q.node.output: q.node.inputs[0] for q in qgraph.nodes if moves_no_bytes(q)},
+        scratch_bytes=scratch_bytes,
+    )
 
 
 def footprint(qgraph: QGraph) -> tuple[int, int]:
