@@ -100,16 +100,9 @@ def test_export_reproduces_the_library_bit_for_bit(exported):
     # test_model (above) also checks model_run_int8 on the golden vectors' int8 codes.
 
 
-# Every model on one other ISA at least, both ISAs for the small ones (the full matrix, every
-# model on both, passes too; it is left out to keep the suite short).
-CROSS_CASES = {"digits": ("aarch64", "riscv64"), "seed002": ("aarch64", "riscv64"), "resnet18": ("aarch64",),
-               "mobilenet_v2": ("riscv64",)}
-
-
-def test_export_is_bit_exact_on_other_isas_under_qemu(exported):
-    name, _, directory, _, _ = exported
-    for isa in CROSS_CASES[name]:
-        _run_cross(directory, isa)
+@pytest.mark.parametrize("isa", sorted(CROSS))
+def test_export_is_bit_exact_on_other_isas_under_qemu(exported, isa):
+    _run_cross(exported[2], isa)
 
 
 def _run_cross(directory, isa: str) -> None:
