@@ -43,6 +43,7 @@ from .pipeline import (
     evaluate,
     evaluate_prequantized,
     sample_inputs,
+    whole_batches,
 )
 from .qarith import ACTIVATIONS, DEFAULT_FORMAT, ROUNDINGS, NumberFormat
 
@@ -178,6 +179,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="kernel implementation (default: the fastest this machine runs)")
         p.add_argument("--profile", default=None,
                        help=f"accelerator profile: {', '.join(BUILTIN_PROFILES)} (default x86-sim) or a .toml file")
+        if name in ("run", "compile"):
+            p.add_argument("--batch", type=_positive,
+                           help="images per run the library is compiled for (default: the model's; a .pt2 "
+                                "program keeps the batch it was exported with)")
         if name in ("run", "export-c"):
             p.add_argument("--vectors", metavar="DIR",
                            help="write every kernel call's int8 inputs, parameters and expected output (golden vectors)")
@@ -261,6 +266,7 @@ def _command(args) -> int:
     compiled = _compiled(args, lambda: compile_model(
             model,
             calib,
+            example_inputs=_batch_example(args, model, calib),
             method=method,
             output_path=_library_path(args),
             progress=not args.quiet,
@@ -276,8 +282,8 @@ def _command(args) -> int:
     if args.command == "export-c":
         return _export_c(args, compiled, evals)
     if args.vectors:
-        _write_vectors(args.vectors, compiled, evals[0])
-    layers = layer_errors(compiled.module, evals[:LAYER_ERROR_INPUTS])
+        _write_vectors(args.vectors, compiled, next(whole_batches(evals, compiled.batch))[1])
+    layers = layer_errors(compiled.module, next(whole_batches(evals[:LAYER_ERROR_INPUTS], compiled.batch))[1])
     if args.plot_layer and not any(args.plot_layer in (e.layer, f"{e.region}:{e.layer}") for e in layers):
         raise UserError(f"--plot-layer: no layer named {args.plot_layer!r}; layers: {', '.join(e.layer for e in layers)}")
     fmt = _number_format(args) or load_profile(args.profile).number_format
@@ -291,6 +297,20 @@ def _command(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _batch_example(args, model, calib: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """The example input that fixes the compiled batch (--batch), or () for the model's own."""
+    batch = getattr(args, "batch", None)
+    if not batch:
+        return ()
+    if isinstance(model, torch.export.ExportedProgram):
+        exported = _example_shape(model, Path(args.model))[0]
+        if exported != batch:
+            raise UserError(f"--batch {batch}: {args.model} was exported for batch {exported}; export it with "
+                            f"batch {batch} (torch.export.export with an example input of {batch} images)")
+        return ()
+    return (torch.from_numpy(np.repeat(np.asarray(calib[:1], np.float32), batch, axis=0)),)
 
 
 def _number_format(args) -> NumberFormat | None:
@@ -333,7 +353,7 @@ def _write_vectors(directory: str, compiled, x: np.ndarray) -> None:
         raise UserError(f"--vectors needs a model that is one int8 region; this one has {len(regions)} and "
                         f"{len(compiled.host_ops)} host op(s)")
     ((symbol, qgraph),) = regions.items()
-    manifest = write_layer_vectors(symbol, qgraph, np.asarray(x)[None], directory)
+    manifest = write_layer_vectors(symbol, qgraph, np.asarray(x), directory)
     print(f"wrote {len(qgraph.nodes)} layers of golden vectors to {directory} ({manifest.name}); "
           "check a C build with test_model --layers " + directory)
 
@@ -358,6 +378,8 @@ def _check_args(args) -> None:
             if value is not None:
                 raise UserError(f"{option} does not apply to {path.name}: a model quantized elsewhere keeps its own "
                                 "scales (nothing is calibrated)")
+        if getattr(args, "batch", None):
+            raise UserError(f"--batch does not apply to {path.name}: a model quantized elsewhere keeps its own batch")
     elif suffix == ".pt2" and not args.calib:
         raise UserError("--calib (a .npy file or a directory of images) is required with a .pt2 model")
     if args.percentile is not None and args.method != "percentile":

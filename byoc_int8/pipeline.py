@@ -9,7 +9,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -61,6 +61,12 @@ class CompiledModel:
     @property
     def input_dtype(self) -> str:
         return str(self.module["main"].params[0].ty.dtype)
+
+    @property
+    def batch(self) -> int:
+        """Images per run: the batch the library was compiled for (its input's first axis)."""
+        shape = self.module["main"].params[0].ty.shape.values
+        return int(shape[0]) if len(shape) > 1 else 1
 
     def run(self, x: np.ndarray) -> np.ndarray:
         """First output of the compiled library for one input (float, or int8 for a model whose
@@ -209,27 +215,28 @@ def evaluate(
     LAYER_ERROR_INPUTS inputs), latency."""
     max_lsb, bit_exact, cosines, agree, float_peak = 0.0, True, [], 0, 0.0
     correct_int8 = correct_float = 0
-    for i in range(len(inputs)):
-        x = inputs[i : i + 1]
-        c_out = compiled.run(x)
-        ref_out, scale = compiled.run_reference(x)
+    for start, x in whole_batches(inputs, compiled.batch):
+        c_batch = compiled.run(x)
+        ref_batch, scale = compiled.run_reference(x)
         with torch.no_grad():
-            f_out = float_model(torch.from_numpy(x))
-        f_out = (f_out[0] if isinstance(f_out, (tuple, list)) else f_out).numpy()
-        bit_exact &= bool(np.array_equal(c_out, ref_out))
-        float_peak = max(float_peak, float(np.abs(f_out).max()))
+            f_batch = float_model(torch.from_numpy(x))
+        f_batch = (f_batch[0] if isinstance(f_batch, (tuple, list)) else f_batch).numpy()
+        bit_exact &= bool(np.array_equal(c_batch, ref_batch))
         # In units of the output's int8 step; in plain float units for a host op's output.
-        max_lsb = max(max_lsb, float(np.abs(c_out.astype(np.float64) - ref_out).max() / (scale or 1.0)))
-        cosines.append(cosine(c_out, f_out))
-        agree += int(c_out.argmax() == f_out.argmax())
-        if labels is not None:
-            correct_int8 += int(c_out.argmax() == labels[i])
-            correct_float += int(f_out.argmax() == labels[i])
+        max_lsb = max(max_lsb, float(np.abs(c_batch.astype(np.float64) - ref_batch).max() / (scale or 1.0)))
+        for i in range(start, min(start + compiled.batch, len(inputs))):  # per image, padding left out
+            c_out, f_out = c_batch[i - start : i - start + 1], f_batch[i - start : i - start + 1]
+            float_peak = max(float_peak, float(np.abs(f_out).max()))
+            cosines.append(cosine(c_out, f_out))
+            agree += int(c_out.argmax() == f_out.argmax())
+            if labels is not None:
+                correct_int8 += int(c_out.argmax() == labels[i])
+                correct_float += int(f_out.argmax() == labels[i])
     accuracy = {}
     if labels is not None:
         accuracy = {"float_accuracy": correct_float / len(inputs), "int8_accuracy": correct_int8 / len(inputs)}
     if layers is None:
-        layers = layer_errors(compiled.module, inputs[:LAYER_ERROR_INPUTS])
+        layers = layer_errors(compiled.module, next(whole_batches(inputs[:LAYER_ERROR_INPUTS], compiled.batch))[1])
     warnings = calibration_warnings(compiled.module) + layer_warnings(layers)
     if float_peak < DEGENERATE_RANGE:
         warnings.append(f"the float model's output is ~0 (max |y| = {float_peak:.3g}): its cosine with int8 means nothing")
@@ -243,8 +250,7 @@ def evaluate(
         "top1_agreement_vs_float": agree / len(inputs),
         **accuracy,
         "compile_seconds": round(compiled.compile_seconds, 2),
-        "latency_ms_median": _latency_ms(compiled, inputs[:1], latency_runs),
-        "threads": tvm.get_global_func("runtime.NumThreads")(),  # TVM's pool, as sized by byoc_int8/__init__.py
+        **_speed(compiled, inputs, latency_runs),
         "library": compiled.library_path,
         "layers": [e.to_dict() for e in layers],
         "warnings": warnings,
@@ -258,6 +264,24 @@ def _offload_report(compiled: CompiledModel) -> dict:
         "regions": compiled.regions,
         "host_ops": compiled.host_ops,
         "boundary_crossings": compiled.boundary_crossings,
+    }
+
+
+def whole_batches(inputs: np.ndarray, batch: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(index of the first input, `batch` inputs) over `inputs`: a library compiled for a batch
+    runs whole batches, so the last is padded with copies of the last input."""
+    for start in range(0, len(inputs), batch):
+        x = inputs[start : start + batch]
+        yield start, np.concatenate([x, np.repeat(x[-1:], batch - len(x), axis=0)]) if len(x) < batch else x
+
+
+def _speed(compiled: CompiledModel, inputs: np.ndarray, runs: int) -> dict:
+    latency = _latency_ms(compiled, next(whole_batches(inputs, compiled.batch))[1], runs)
+    return {
+        "batch": compiled.batch,
+        "latency_ms_median": latency,  # one run: the whole batch
+        "images_per_second": round(compiled.batch * 1e3 / latency, 1),
+        "threads": tvm.get_global_func("runtime.NumThreads")(),  # TVM's pool, as sized by byoc_int8/__init__.py
     }
 
 
