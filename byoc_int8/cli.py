@@ -343,7 +343,7 @@ def _export_c(args, compiled, inputs: np.ndarray) -> int:
           f"(MODEL_WORKSPACE_BYTES), constants {summary.constant_bytes} bytes, {summary.vectors} golden vectors; "
           f"build: cc -std=c99 -O2 *.c -lm -o test_model && ./test_model")
     if args.vectors:
-        _write_vectors(args.vectors, compiled, inputs[0])
+        _write_vectors(args.vectors, compiled, inputs[:1])
     return 0
 
 

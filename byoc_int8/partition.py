@@ -286,7 +286,7 @@ def partition(mod: tvm.IRModule, int8_only: bool = False, prequantized: bool = F
         for binding in block.bindings:
             call = binding.value
             if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op):
-                reason = reasons.get(binding.var.name, f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
+                reason = reasons.get(binding.var, f"no {patterns.CODEGEN_NAME} pattern for {call.op.name}")
                 span = str(call.span) if call.span is not None else None
                 host.append(HostOp(call.op.name, binding.var.name, len(host), str(call.ty), reason, span))
     if int8_only and host:

@@ -37,15 +37,16 @@ CODEGEN_NAME = "ccompiler"
 _local = threading.local()
 
 
-def _refusals() -> dict[str, str]:
+def _refusals() -> dict[relax.Var | str, str]:
     if not hasattr(_local, "refusals"):
         _local.refusals = {}
     return _local.refusals
 
 
-def take_refusals() -> dict[str, str]:
+def take_refusals() -> dict[relax.Var | str, str]:
     """Return and forget the reasons this thread's pattern checks recorded since the last call,
-    keyed by the name of the variable the refused call defines."""
+    keyed by the variable the refused call defines (the Var itself: imported programs can hold
+    two variables of one name)."""
     refusals = dict(_refusals())
     _refusals().clear()
     return refusals
@@ -400,7 +401,7 @@ def _recorded(spec: "CompositeSpec") -> Callable[[PatternCheckContext], bool]:
         if reason is not None:
             root = ctx.annotated_expr["root"]
             var = ctx.value_to_bound_var.get(root)
-            _refusals()[var.name if var is not None else str(root)] = reason
+            _refusals()[var if var is not None else str(root)] = reason
         return reason is None
 
     return run

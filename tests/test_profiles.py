@@ -146,3 +146,23 @@ def test_a_region_over_the_memory_budget_is_split_into_regions_that_fit(tmp_path
         assert evaluate(compiled, model, _calibration()[:2], latency_runs=1, layers=[])["bit_exact"]
     assert arenas[3072] == [3072]
     assert len(arenas[3071]) == 2 and len(arenas[2900]) >= 2
+
+
+def test_refusal_reasons_belong_to_their_own_ops_when_names_repeat():
+    """torch.export gives ResNet-18's main several variables of one name (lv15 twice, ...): each
+    host op still gets its own refusal (a conv2d's memory reason speaks of a conv2d, with its bytes)."""
+    import torchvision
+    from byoc_int8 import frontend, partition
+
+    torch.manual_seed(0)
+    mod = frontend.import_model(torchvision.models.resnet18().eval(), (torch.randn(1, 3, 224, 224),))
+    names = [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+    assert len(set(names)) < len(names)
+    host = partition.partition(mod, profile=profiles.load_profile("pow2-npu")).host_ops
+    memory = [h for h in host if "limits.memory_bytes" in h.reason]
+    assert len(memory) >= 10
+    for h in memory:
+        kind = h.op.removeprefix("relax.").removeprefix("nn.")
+        assert f"this {kind}" in h.reason, h.describe()
+    stem = next(h for h in host if h.op == "relax.nn.conv2d")  # 3x224x224 in, 64x112x112 out, 7x7x3 patch
+    assert "alone needs 953536 bytes" in stem.reason
