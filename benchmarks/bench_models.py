@@ -237,13 +237,14 @@ def byoc_systems(model, calib, x, builds: list[str], threads: list[int], compile
     return systems
 
 
-def ort_systems(model, calib, x, workdir: str, threads: list[int], best_isa: str | None) -> list[System]:
+def ort_models(model, calib, x, workdir: str) -> dict[str, str]:
+    """The model for ONNX Runtime: fp32 ONNX, and static QDQ int8 with per-channel int8 weights
+    and uint8 / int8 activations calibrated on `calib` (paths by kind); {} without onnxruntime."""
     try:
-        import onnxruntime as ort
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError:
-        return []
+        return {}
     import torch
 
     fp32 = os.path.join(workdir, "model.onnx")
@@ -267,6 +268,14 @@ def ort_systems(model, calib, x, workdir: str, threads: list[int], best_isa: str
         with contextlib.redirect_stdout(sys.stderr):
             quantize_static(prepared, paths[kind], Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=activation, weight_type=QuantType.QInt8)
+    return paths
+
+
+def ort_systems(model, calib, x, workdir: str, threads: list[int], best_isa: str | None) -> list[System]:
+    paths = ort_models(model, calib, x, workdir)
+    if not paths:
+        return []
+    import onnxruntime as ort
 
     def session(path: str, n: int):
         options = ort.SessionOptions()
@@ -504,7 +513,7 @@ def main() -> None:
     print()
     for note in notes:
         print(f"- {note}")
-    print(f"- x ORT int8: ms/image over the faster of ONNX Runtime's u8- and s8-activation int8 models at the "
+    print("- x ORT int8: ms/image over the faster of ONNX Runtime's u8- and s8-activation int8 models at the "
           "same thread count (marked ref); below 1 is faster than ONNX Runtime.")
     print(f"- % int8 peak: GMAC/s over int8_peak.c's GMAC/s at the same thread count, for the ISA of the "
           f"byoc-int8 kernel build; ONNX Runtime / PyTorch int8 rows against the best int8 ISA here "
