@@ -14,9 +14,11 @@ import torch
 import torch.nn as nn
 import torchvision
 
+import tflite_models
+
 from byoc_int8.export import ExportError, export_c
 from byoc_int8.models import BUILTIN_MODELS, randomize_batch_norm
-from byoc_int8.pipeline import compile_model
+from byoc_int8.pipeline import compile_model, compile_prequantized, sample_inputs
 
 STRICT = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", "qemu-aarch64"), "riscv64": ("riscv64-linux-gnu-gcc", "qemu-riscv64")}
@@ -49,6 +51,16 @@ class ExportedModel:
         self.macro = {m: int(re.search(rf"#define MODEL_{m} (-?\d+)", header).group(1))
                       for m in ("WORKSPACE_BYTES", "OUTPUT_SIZE", "INPUT_SIZE")}
         self.workspace = np.zeros(self.macro["WORKSPACE_BYTES"] + 64, np.uint8)
+
+    def run_int8(self, codes: np.ndarray) -> tuple[int, np.ndarray]:
+        """model_run_int8's status and output codes."""
+        codes = np.ascontiguousarray(codes, dtype=np.int8)
+        assert codes.size == self.macro["INPUT_SIZE"]
+        out = np.zeros(self.macro["OUTPUT_SIZE"], np.int8)
+        aligned = self.workspace.ctypes.data + (-self.workspace.ctypes.data) % 64
+        status = self.lib.model_run_int8(ctypes.c_void_p(codes.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                                         ctypes.c_void_p(aligned))
+        return status, out
 
     def run(self, x: np.ndarray) -> tuple[int, np.ndarray]:
         """model_run's status and output."""
@@ -178,3 +190,32 @@ def test_exported_model_runs_clean_under_sanitizers_and_reports_nonfinite_input(
     assert model.run(x)[0] == 0
     x.reshape(-1)[5] = np.nan
     assert model.run(x)[0] == 2  # MODEL_ERROR_NONFINITE_INPUT: a status, not a crash
+
+
+def test_export_of_an_int8_interface_tflite_model(tmp_path):
+    """A full-integer .tflite (int8 input and output) exports: model_run_int8 is its interface and
+    equals the library on int8 codes; model_run takes and returns floats through the macros'
+    scales; test_model passes built by gcc and clang, and under qemu on aarch64."""
+    compiled = compile_prequantized(tflite_models.build_tflite("mobilenet", tmp_path / "mobilenet.tflite"))
+    assert compiled.input_dtype == "int8"
+    codes = sample_inputs(compiled, 3, seed=3)
+    summary = export_c(compiled, tmp_path / "c", codes[:2])
+    for compiler in ("gcc", "clang"):
+        assert "passed: 2 vectors, 0 failures" in _build_and_run(tmp_path / "c", compiler), compiler
+    _run_cross(tmp_path / "c", "aarch64")
+    model = ExportedModel(tmp_path / "c")
+    header = (tmp_path / "c" / "model.h").read_text()
+    scale = float.fromhex(re.search(r"#define MODEL_OUTPUT_SCALE (\S+)f", header).group(1))
+    zero_point = int(re.search(r"#define MODEL_OUTPUT_ZERO_POINT (-?\d+)", header).group(1))
+    for x in codes:
+        library = compiled.run(x[None]).reshape(-1)
+        status, out = model.run_int8(x)
+        assert status == 0 and np.array_equal(out, library)
+    assert summary.workspace_bytes == model.macro["WORKSPACE_BYTES"]
+    # The float entry: dequantized codes in, the library's codes dequantized out.
+    in_scale = float.fromhex(re.search(r"#define MODEL_INPUT_SCALE (\S+)f", header).group(1))
+    in_zero_point = int(re.search(r"#define MODEL_INPUT_ZERO_POINT (-?\d+)", header).group(1))
+    floats = (codes[2].astype(np.int32) - in_zero_point).astype(np.float32) * np.float32(in_scale)
+    status, out = model.run(floats)
+    expected = (compiled.run(codes[2][None]).reshape(-1).astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale)
+    assert status == 0 and out.tobytes() == expected.tobytes()

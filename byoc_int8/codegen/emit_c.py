@@ -282,6 +282,7 @@ class RegionEmitter:
         if qn.op in ("conv2d", "dense"):
             w = self._const(f"{tag}_weight", "int8_t", p["weight"])
             b = self._const(f"{tag}_bias", "int32_t", p["bias"])
+        if qn.op in ("conv2d", "dense") and "double_requant" not in p:
             exponents = qarith.pow2_exponents(p["multiplier"], p["shift"])
             if exponents is None:
                 m = self._const(f"{tag}_mult", "int32_t", p["multiplier"])
@@ -317,20 +318,20 @@ class RegionEmitter:
                     f"{dst}, {nonnegative}, {int(p['depthwise'])}}};"
                 )
                 self._call(index, f"b8_model_conv(&job, arena + {plan.scratch_offset})")
-            elif "double_requant" in p:  # a .tflite model's FULLY_CONNECTED
-                units, depth = p["weight"].shape
-                batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
-                dm = self._const(f"{tag}_mantissa", "int64_t", p["double_requant"][0])
-                de = self._const(f"{tag}_exponent", "int32_t", p["double_requant"][1])
-                self.body.append(
-                    f"    static const b8_double_requant_params dq = {{{dm}, {de}, {p['act_min']}, {p['act_max']}, "
-                    f"{p['output_zero_point']}}};"
-                )
-                self._call(index, f"b8_dense_s8_double_requant(&dq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
             else:
                 units, depth = p["weight"].shape
                 batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
                 self._call(index, f"b8_dense_s8(&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
+        elif qn.op == "dense":  # a .tflite model's FULLY_CONNECTED: TFLite's double-precision output stage
+            units, depth = p["weight"].shape
+            batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
+            dm = self._const(f"{tag}_mantissa", "int64_t", p["double_requant"][0])
+            de = self._const(f"{tag}_exponent", "int32_t", p["double_requant"][1])
+            self.body.append(
+                f"    static const b8_double_requant_params dq = {{{dm}, {de}, {p['act_min']}, {p['act_max']}, "
+                f"{p['output_zero_point']}}};"
+            )
+            self._call(index, f"b8_dense_s8_double_requant(&dq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
         elif qn.op in ("max_pool2d", "avg_pool2d"):
             kh, kw = a["pool_size"]
             sh, sw = a["strides"]
@@ -486,7 +487,8 @@ class RegionEmitter:
                 f"{self._buffer(v, plan)}, (float*)outputs[{i}]);",
                 "  }",
             ]
-        self.body += ["  (void)where;", "  return B8_MODEL_OK;", "}", ""]
+        self.body += ["  (void)where;", "  (void)int8_io; /* unread when every interface tensor is int8 */",
+                      "  return B8_MODEL_OK;", "}", ""]
         header = c_safe(f"---- region {self.symbol}: {len(self.q.nodes)} int8 kernels, arena {plan.size} bytes ----", "comment")
         return "\n".join([f"// {header}"] + self.consts + [""] + self.body)
 
