@@ -87,7 +87,8 @@ def test_sample_reaches_every_conv2d_path(variant):
     for rounding in kernel_calls.ROUNDINGS:
         for index in range(CONFIGS):
             reached.update(kernel_calls.conv2d_paths(fuzz_kernels.draw("conv2d", rounding, index, SEED), variant))
-    expected = SIMD_PATHS | ({"epilogue x16"} if variant == "avx512vnni" else set())
+    vnni = {"narrow channel tile", "epilogue fused x32", "epilogue fused x16", "epilogue fused clamped"}
+    expected = SIMD_PATHS | (vnni if variant == "avx512vnni" else set())
     assert expected <= set(reached), expected - set(reached)
 
 

@@ -127,7 +127,8 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         assert kernel_calls.conv2d_paths(random_conv_case(np.random.default_rng(seed), "grouped"), variant) == {"portable"}
     for seed in EPILOGUE_SEEDS:
         reached |= kernel_calls.conv2d_paths(epilogue_case(seed), variant)
-    expected = SIMD_PATHS | ({"epilogue x16"} if variant == "avx512vnni" else set())
+    vnni = {"narrow channel tile", "epilogue fused x32", "epilogue fused x16", "epilogue fused clamped"}
+    expected = SIMD_PATHS | (vnni if variant == "avx512vnni" else set())
     assert reached == expected, expected ^ reached
 
 

@@ -116,18 +116,60 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-/* acc[p][oc] = sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch rows are
- * `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
+/* acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch
+ * rows are `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
 #if B8_USE_AVX512VNNI
+/* The requantization of one block of 32 channels, its parameters loaded once for all the pixels
+ * of a tile: the one place where the VNNI tiles read quant->multiplier and quant->shift. */
+typedef struct {
+  __m512i multiplier[2], right[2]; /* channels 0-15 and 16-31 of the block; right = 31 - shift */
+  __m512i zero_point, lo, hi, order;
+} b8_block_epilogue;
+
+static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, int32_t channels,
+                                   b8_block_epilogue* e) {
+  const __m512i thirty_one = _mm512_set1_epi32(31);
+  for (int32_t half = 0; half < 2; ++half) {
+    const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
+    e->multiplier[half] = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
+    e->right[half] = _mm512_sub_epi32(thirty_one, _mm512_loadu_si512((const void*)(quant->shift + oc)));
+  }
+  e->zero_point = _mm512_set1_epi32(quant->output_zero_point);
+  e->lo = _mm512_set1_epi8((char)quant->act_min);
+  e->hi = _mm512_set1_epi8((char)quant->act_max);
+  /* After two packs each 128-bit lane i holds dword i of four vectors (A B C D); this gathers
+   * A's four dwords, then B's, C's and D's. */
+  e->order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+}
+
+/* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
+ * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The int32 -> int16 ->
+ * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
+B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha, __m512i b, int hb,
+                                  __m512i c, int hc, __m512i d, int hd) {
+  a = _mm512_add_epi32(b8_requantize_x16(a, e->multiplier[ha], e->right[ha]), e->zero_point);
+  b = _mm512_add_epi32(b8_requantize_x16(b, e->multiplier[hb], e->right[hb]), e->zero_point);
+  c = _mm512_add_epi32(b8_requantize_x16(c, e->multiplier[hc], e->right[hc]), e->zero_point);
+  d = _mm512_add_epi32(b8_requantize_x16(d, e->multiplier[hd], e->right[hd]), e->zero_point);
+  const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+  const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
+  return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
+}
+
 /* acc[p][oc] for 8 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors of
- * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers).
- * Each pixel's patch is read as `segments` runs of `run` bytes: segment[s][p] is pixel p's run s. */
+ * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers),
+ * which start from the bias. Each pixel's patch is read as `segments` runs of `run` bytes:
+ * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
+ * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
+ * them in acc. */
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                    const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
-  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8((char)0x80);
-  __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero;
-  __m512i a30 = zero, a31 = zero, a40 = zero, a41 = zero, a50 = zero, a51 = zero;
-  __m512i a60 = zero, a61 = zero, a70 = zero, a71 = zero;
+                    const int8_t* w, int nonnegative, const int32_t* bias,
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                    int8_t* out, int32_t stride, int32_t count) {
+  const __m512i offset = _mm512_set1_epi8((char)0x80);
+  const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
+  __m512i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
+  __m512i a40 = b0, a41 = b1, a50 = b0, a51 = b1, a60 = b0, a61 = b1, a70 = b0, a71 = b1;
 #define B8_STEP(pixel, acc0, acc1)                                                   \
   do {                                                                               \
     int32_t quad;                                                                    \
@@ -153,6 +195,24 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
     }
   }
 #undef B8_STEP
+  if (e) { /* two pixels per 64 bytes: 32 bytes each */
+    const __m512i r0 = b8_block_finish(e, a00, 0, a01, 1, a10, 0, a11, 1);
+    const __m512i r1 = b8_block_finish(e, a20, 0, a21, 1, a30, 0, a31, 1);
+    const __m512i r2 = b8_block_finish(e, a40, 0, a41, 1, a50, 0, a51, 1);
+    const __m512i r3 = b8_block_finish(e, a60, 0, a61, 1, a70, 0, a71, 1);
+#define B8_PUT(pixel, r)                                                                              \
+  if (count > (pixel)) {                                                                              \
+    _mm256_storeu_si256((__m256i*)(out + (int64_t)(pixel) * stride), _mm512_castsi512_si256(r));       \
+    if (count > (pixel) + 1)                                                                          \
+      _mm256_storeu_si256((__m256i*)(out + (int64_t)((pixel) + 1) * stride), _mm512_extracti64x4_epi64(r, 1)); \
+  }
+    B8_PUT(0, r0);
+    B8_PUT(2, r1);
+    B8_PUT(4, r2);
+    B8_PUT(6, r3);
+#undef B8_PUT
+    return;
+  }
 #define B8_SAVE(pixel, acc0, acc1)                           \
   _mm512_storeu_si512((void*)acc[pixel], acc0);              \
   _mm512_storeu_si512((void*)(acc[pixel] + 16), acc1)
@@ -166,12 +226,72 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
   B8_SAVE(7, a70, a71);
 #undef B8_SAVE
 }
+
+/* b8_tile for a block of at most 16 real channels (the narrow last block of e.g. 16 or 48
+ * output channels): only the first vector of each step, half the work. With `e` (exactly 16
+ * channels), four pixels per 64 bytes of output. */
+static void b8_tile_narrow(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                           const int8_t* w, int nonnegative, const int32_t* bias,
+                           int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                           int8_t* out, int32_t stride, int32_t count) {
+  const __m512i offset = _mm512_set1_epi8((char)0x80);
+  const __m512i b0 = _mm512_loadu_si512((const void*)bias);
+  __m512i a0 = b0, a1 = b0, a2 = b0, a3 = b0, a4 = b0, a5 = b0, a6 = b0, a7 = b0;
+#define B8_STEP(pixel, acc0)                                                         \
+  do {                                                                               \
+    int32_t quad;                                                                    \
+    memcpy(&quad, (pixel) + k, 4);                                                  \
+    __m512i x = _mm512_set1_epi32(quad);                                             \
+    if (!nonnegative) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */   \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                         \
+  } while (0)
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t* const* px = segment[s];
+    for (int32_t k = 0; k < run; k += 4, w += 128) {
+      const __m512i w0 = _mm512_loadu_si512((const void*)w);
+      B8_STEP(px[0], a0);
+      B8_STEP(px[1], a1);
+      B8_STEP(px[2], a2);
+      B8_STEP(px[3], a3);
+      B8_STEP(px[4], a4);
+      B8_STEP(px[5], a5);
+      B8_STEP(px[6], a6);
+      B8_STEP(px[7], a7);
+    }
+  }
+#undef B8_STEP
+  if (e) {
+    const __m512i r0 = b8_block_finish(e, a0, 0, a1, 0, a2, 0, a3, 0);
+    const __m512i r1 = b8_block_finish(e, a4, 0, a5, 0, a6, 0, a7, 0);
+#define B8_PUT(pixel, r, lane) \
+  if (count > (pixel)) _mm_storeu_si128((__m128i*)(out + (int64_t)(pixel) * stride), _mm512_extracti32x4_epi32(r, lane))
+    B8_PUT(0, r0, 0);
+    B8_PUT(1, r0, 1);
+    B8_PUT(2, r0, 2);
+    B8_PUT(3, r0, 3);
+    B8_PUT(4, r1, 0);
+    B8_PUT(5, r1, 1);
+    B8_PUT(6, r1, 2);
+    B8_PUT(7, r1, 3);
+#undef B8_PUT
+    return;
+  }
+  _mm512_storeu_si512((void*)acc[0], a0);
+  _mm512_storeu_si512((void*)acc[1], a1);
+  _mm512_storeu_si512((void*)acc[2], a2);
+  _mm512_storeu_si512((void*)acc[3], a3);
+  _mm512_storeu_si512((void*)acc[4], a4);
+  _mm512_storeu_si512((void*)acc[5], a5);
+  _mm512_storeu_si512((void*)acc[6], a6);
+  _mm512_storeu_si512((void*)acc[7], a7);
+}
 #else
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                    const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+                    const int8_t* w, int nonnegative, const int32_t* bias,
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
-  __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+  __m256i a00 = _mm256_loadu_si256((const __m256i*)bias), a01 = _mm256_loadu_si256((const __m256i*)(bias + 8));
+  __m256i a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01;
 #define B8_STEP(pixel, acc0, acc1)                                                        \
   do {                                                                                    \
     int32_t quad;                                                                         \
@@ -235,14 +355,15 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int in_place = conv->dilation_w == 1 && run % 4 == 0 && k_h <= B8_MAX_SEGMENTS;
   const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? run : depth;
   const int8_t* segment[B8_MAX_SEGMENTS][B8_TILE_PIXELS];
+  /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
+   * start (VNNI with signed inputs: less the offset correction, -128 x the weight sum). */
+  const int32_t padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
+  int32_t* start = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
+  for (int32_t oc = 0; oc < padded_c; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
 #if B8_USE_AVX512VNNI
-  /* Signed inputs: fold the offset correction (-128 x weight sum) into the bias, kept in scratch. */
   if (!input_nonnegative) {
-    const int32_t blocks = b8_round_up(out_c, B8_TILE_CHANNELS) / B8_TILE_CHANNELS;
-    const int32_t* sums = (const int32_t*)(packed + (int64_t)blocks * B8_TILE_CHANNELS * depth);
-    int32_t* adjusted = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
-    for (int32_t oc = 0; oc < out_c; ++oc) adjusted[oc] = (bias ? bias[oc] : 0) - 128 * sums[oc];
-    bias = adjusted;
+    const int32_t* sums = (const int32_t*)(packed + (int64_t)padded_c * depth);
+    for (int32_t oc = 0; oc < out_c; ++oc) start[oc] -= 128 * sums[oc];
   }
 #endif
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
@@ -252,6 +373,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
    * waste part of every tile). */
+  /* The coordinates of the next pixel, stepped along instead of divided out per pixel (the
+   * divisions cost as much as the arithmetic of a small-patch tile). */
+  int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
+  const int8_t* image = input + begin / out_w / out_h * image_size;
   for (int64_t first = begin; first < end; first += B8_TILE_PIXELS) {
     const int32_t count = end - first < B8_TILE_PIXELS ? (int32_t)(end - first) : B8_TILE_PIXELS;
     for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
@@ -259,9 +384,6 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         for (int32_t s = 0; s < segments; ++s) segment[s][p] = padding;
         continue;
       }
-      const int64_t pixel = first + p, row = pixel / out_w;
-      const int32_t oy = (int32_t)(row % out_h), ox = (int32_t)(pixel % out_w);
-      const int8_t* image = input + (row / out_h) * image_size;
       const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
       if (in_place && ix0 >= 0 && ix0 + k_w <= in_w) {
         for (int32_t ky = 0; ky < k_h; ++ky) {
@@ -274,30 +396,33 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, patch);
         for (int32_t s = 0; s < segments; ++s) segment[s][p] = patch + s * seg_len;
       }
+      if (++ox == out_w) {
+        ox = 0;
+        if (++oy == out_h) {
+          oy = 0;
+          image += image_size;
+        }
+      }
     }
     {
       int8_t* out = output + first * out_c;
       for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
-        b8_tile(segment, segments, seg_len, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
         const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+        const int8_t* w = packed + (int64_t)oc0 * depth;
 #if B8_USE_AVX512VNNI
-        if (vector_epilogue && channels % 16 == 0) {
-          const __m512i lo16 = _mm512_set1_epi32(quant->act_min), hi16 = _mm512_set1_epi32(quant->act_max);
-          const __m512i zero_point16 = _mm512_set1_epi32(quant->output_zero_point);
-          for (int32_t half = 0; half < channels; half += 16) {
-            const int32_t oc = oc0 + half;
-            const __m512i mult = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
-            const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31),
-                                                   _mm512_loadu_si512((const void*)(quant->shift + oc)));
-            const __m512i b = bias ? _mm512_loadu_si512((const void*)(bias + oc)) : _mm512_setzero_si512();
-            for (int32_t p = 0; p < count; ++p) {
-              const __m512i sum = _mm512_add_epi32(_mm512_loadu_si512((const void*)(acc[p] + half)), b);
-              b8_store_s8x16(out + (int64_t)p * out_c + oc,
-                             _mm512_add_epi32(b8_requantize_x16(sum, mult, right), zero_point16), lo16, hi16);
-            }
-          }
-          continue;
-        }
+        /* Whole blocks of 32 (or a last block of exactly 16) channels requantize in registers. */
+        const int fused = vector_epilogue && (channels == 32 || channels == 16);
+        b8_block_epilogue e;
+        if (fused) b8_block_epilogue_load(quant, oc0, channels, &e);
+        if (channels <= 16)
+          b8_tile_narrow(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
+                         out + oc0, out_c, count);
+        else
+          b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL, out + oc0,
+                  out_c, count);
+        if (fused) continue;
+#else
+        b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc);
 #endif
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
@@ -305,22 +430,17 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             const __m256i mult = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc));
             const __m256i right = _mm256_sub_epi32(
                 thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
-            const __m256i b = bias ? _mm256_loadu_si256((const __m256i*)(bias + oc))
-                                   : _mm256_setzero_si256();
             for (int32_t p = 0; p < count; ++p) {
-              const __m256i sum = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc[p] + half)), b);
+              const __m256i sum = _mm256_loadu_si256((const __m256i*)(acc[p] + half));
               b8_store_s8x8(out + (int64_t)p * out_c + oc,
                             _mm256_add_epi32(b8_requantize_x8(sum, mult, right), zero_point), lo, hi);
             }
           }
           continue;
         }
-        for (int32_t p = 0; p < count; ++p) {
-          for (int32_t c = 0; c < channels; ++c) {
-            const int32_t oc = oc0 + c;
-            out[(int64_t)p * out_c + oc] = b8_output_s8(acc[p][c] + (bias ? bias[oc] : 0), quant, oc);
-          }
-        }
+        for (int32_t p = 0; p < count; ++p)
+          for (int32_t c = 0; c < channels; ++c)
+            out[(int64_t)p * out_c + oc0 + c] = b8_output_s8(acc[p][c], quant, oc0 + c);
       }
     }
   }
