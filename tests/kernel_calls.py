@@ -169,19 +169,29 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     oh, ow = case["out_hw"]
     (sh, sw), (_, left), (_, dw) = case["strides"], case["padding"], case["dilation"]
     paths = {"tile", "unsigned" if case["nonnegative"] and case["pad_value"] >= 0 else "signed"}
-    if (kh * kw * cin) % 4:
-        paths.add("patch tail")
+    row = -(-kw * cin // 4) * 4  # a kernel row's bytes, padded to whole 4-byte steps
+    if (kw * cin) % 4:
+        paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
-    in_place = dw == 1 and (kw * cin) % 4 == 0 and kh <= MAX_SEGMENTS
+    in_place = dw == 1 and kh <= MAX_SEGMENTS
     tiles = 0
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
         for first in range(begin, end, tile_pixels):
             tiles += 1
             paths.add("whole pixel tile" if end - first >= tile_pixels else "partial pixel tile")
-        ix0 = np.arange(begin, max(begin, end)) % ow * sw - left
+        pixel = np.arange(begin, max(begin, end))
+        ix0 = pixel % ow * sw - left
         inside = in_place & (ix0 >= 0) & (ix0 + kw <= w)
+        # In place, the last kernel row inside the input must not be read past the input's end.
+        top = pixel // ow % oh * sh - case["padding"][0]
+        last = np.minimum(top + (kh - 1) * case["dilation"][0], h - 1)
+        last = last - (last - top) % case["dilation"][0] if kh > 1 else top
+        read_end = ((pixel // (ow * oh) * h + last) * w + ix0) * cin + row
+        overrun = inside & (last >= 0) & (last >= top) & (read_end > n * h * w * cin)
+        paths |= {"read end gathered"} if overrun.any() else set()
+        inside &= ~overrun
         paths |= {"in place"} if inside.any() else set()
         paths |= {"gathered"} if (~inside).any() else set()
     if tiles > 1:

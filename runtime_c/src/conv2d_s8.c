@@ -28,12 +28,13 @@ static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
   return acc;
 }
 
-/* Gathers the receptive field of output pixel (oy, ox) for one group into `row` (patch bytes);
- * padded taps read conv->pad_value. Without dilation and groups, the taps of one kernel row are
+/* Gathers the receptive field of output pixel (oy, ox) for one group into `row`, kernel row
+ * ky at ky x row_stride (row_stride >= k_w x group_in; the bytes between are left alone); padded
+ * taps read conv->pad_value. Without dilation and groups, the taps of one kernel row are
  * contiguous in the input: one copy per kernel row when fully inside. */
 static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dims,
                             const int8_t* image, const b8_dims* filter_dims, int32_t oy, int32_t ox,
-                            int32_t channel_offset, int8_t* row) {
+                            int32_t channel_offset, int32_t row_stride, int8_t* row) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, in_c = input_dims->c;
   const int32_t group_in = filter_dims->c, k_w = filter_dims->w;
   const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
@@ -42,23 +43,24 @@ static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dim
     const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
     if (iy < 0 || iy >= in_h) {
       memset(row, conv->pad_value, (size_t)k_w * group_in);
-      row += k_w * group_in;
+      row += row_stride;
       continue;
     }
     const int8_t* line = image + (int64_t)iy * in_w * in_c + channel_offset;
     if (contiguous) {
       memcpy(row, line + (int64_t)ix0 * in_c, (size_t)k_w * in_c);
-      row += k_w * in_c;
+      row += row_stride;
       continue;
     }
-    for (int32_t kx = 0; kx < k_w; ++kx, row += group_in) {
+    for (int32_t kx = 0; kx < k_w; ++kx) {
       const int32_t ix = ix0 + kx * conv->dilation_w;
       if (ix < 0 || ix >= in_w) {
-        memset(row, conv->pad_value, (size_t)group_in);
+        memset(row + kx * group_in, conv->pad_value, (size_t)group_in);
       } else {
-        memcpy(row, line + (int64_t)ix * in_c, (size_t)group_in);
+        memcpy(row + kx * group_in, line + (int64_t)ix * in_c, (size_t)group_in);
       }
     }
+    row += row_stride;
   }
 }
 
@@ -92,7 +94,7 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
       int8_t* out = output + pixel * out_c;
       for (int32_t g = 0; g < groups; ++g) {
         b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox, g * group_in,
-                        scratch);
+                        filter_dims->w * group_in, scratch);
         for (int32_t oc = g * group_out; oc < (g + 1) * group_out; ++oc) {
           int32_t acc = b8_dot_s8(scratch, filter + (int64_t)oc * patch, patch);
           if (bias) acc += bias[oc];
@@ -114,6 +116,14 @@ enum { B8_MAX_SEGMENTS = 16 }; /* kernel rows read in place; taller kernels gath
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
+}
+
+/* The SIMD layout of a patch: each kernel row's k_w x c bytes padded to whole 4-byte steps (the
+ * packed filter is zero there), so that the tiles can read a kernel row in place in the input
+ * for any channel count, the few bytes past its end included (a 7x7 stem on 3 channels: rows of
+ * 21 bytes read as 24). */
+static int32_t b8_patch_row(const b8_dims* filter_dims) {
+  return b8_round_up(filter_dims->w * filter_dims->c, 4);
 }
 
 /* acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch
@@ -336,24 +346,24 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                                    const b8_dims* output_dims, int8_t* output,
                                    const b8_pixels* pixels, int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
-  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
-  const int32_t depth = b8_round_up(patch, 4);
+  const int32_t row_len = b8_patch_row(filter_dims), depth = filter_dims->h * row_len;
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
-  /* Scratch: a tile of gathered patches (zero past the patch, where packed weights are zero too),
-   * then `depth` bytes of the pad value, read in place of padding rows. */
+  /* Scratch: a tile of gathered patches (zero past each kernel row, where packed weights are zero
+   * too), then `depth` bytes of the pad value, read in place of padding rows. */
   memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
   memset(scratch + B8_TILE_PIXELS * depth, conv->pad_value, (size_t)depth);
   const int8_t* padding = scratch + B8_TILE_PIXELS * depth;
   /* Without dilation, each kernel row of a pixel whose window lies inside the input horizontally
-   * is one contiguous run of k_w * c input bytes: the tile reads those in place instead of a
-   * copied patch (runs must be whole 4-byte steps). */
+   * is one contiguous run of k_w * c input bytes: the tile reads those in place (row_len bytes,
+   * past the run's end too, where the weights are zero) instead of a copied patch, unless that
+   * read would pass the end of the input. */
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
-  const int32_t run = k_w * in_c;
-  const int in_place = conv->dilation_w == 1 && run % 4 == 0 && k_h <= B8_MAX_SEGMENTS;
-  const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? run : depth;
+  const int8_t* input_end = input + (int64_t)input_dims->n * image_size;
+  const int in_place = conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
+  const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? row_len : depth;
   const int8_t* segment[B8_MAX_SEGMENTS][B8_TILE_PIXELS];
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (VNNI with signed inputs: less the offset correction, -128 x the weight sum). */
@@ -385,15 +395,18 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         continue;
       }
       const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
-      if (in_place && ix0 >= 0 && ix0 + k_w <= in_w) {
+      int inside = in_place && ix0 >= 0 && ix0 + k_w <= in_w;
+      if (inside) {
         for (int32_t ky = 0; ky < k_h; ++ky) {
           const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-          segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding
-                                                         : image + ((int64_t)iy * in_w + ix0) * in_c;
+          const int8_t* at = image + ((int64_t)iy * in_w + ix0) * in_c;
+          segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding : at;
+          if (segment[ky][p] == at && row_len > input_end - at) inside = 0; /* the last pixels */
         }
-      } else {
+      }
+      if (!inside) {
         int8_t* patch = scratch + p * depth;
-        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, patch);
+        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
         for (int32_t s = 0; s < segments; ++s) segment[s][p] = patch + s * seg_len;
       }
       if (++ox == out_w) {
@@ -449,13 +462,12 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #endif /* B8_USE_AVX2 */
 
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
-  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  /* A tile of patches, a run of zeros, and (VNNI) the offset-corrected bias. */
-  return (B8_TILE_PIXELS + 1) * b8_round_up(patch, 4) +
+  /* A tile of patches, a patch of the pad value, and the tiles' starting bias per channel. */
+  return (B8_TILE_PIXELS + 1) * filter_dims->h * b8_patch_row(filter_dims) +
          4 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 #else
-  return patch;
+  return filter_dims->h * filter_dims->w * filter_dims->c;
 #endif
 }
 
@@ -464,7 +476,7 @@ B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t grou
 #if B8_USE_AVX2
   /* The blocked filter, then one int32 weight sum per (padded) output channel. */
   const int32_t channels = b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
-  if (groups == 1) return channels * b8_round_up(patch, 4) + channels * 4;
+  if (groups == 1) return channels * filter_dims->h * b8_patch_row(filter_dims) + channels * 4;
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -475,15 +487,17 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
   if (groups == 1) {
-    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS, zero-filled past the real
-     * channels and patch bytes. */
-    const int32_t t = B8_TILE_CHANNELS, depth = b8_round_up(patch, 4);
-    const int32_t blocks = b8_round_up(filter_dims->n, t) / t;
+    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS and depth = k_h x row (each kernel
+     * row's bytes padded to `row`), zero-filled past the real channels and row bytes. */
+    const int32_t t = B8_TILE_CHANNELS, run = filter_dims->w * filter_dims->c, row = b8_patch_row(filter_dims);
+    const int32_t depth = filter_dims->h * row, blocks = b8_round_up(filter_dims->n, t) / t;
     memset(packed, 0, (size_t)blocks * t * depth);
     for (int32_t oc = 0; oc < filter_dims->n; ++oc)
-      for (int32_t k = 0; k < patch; ++k)
-        packed[(((int64_t)(oc / t) * (depth / 4) + k / 4) * t + oc % t) * 4 + k % 4] =
+      for (int32_t k = 0; k < patch; ++k) {
+        const int32_t at = k / run * row + k % run; /* the byte's place in the padded patch */
+        packed[(((int64_t)(oc / t) * (depth / 4) + at / 4) * t + oc % t) * 4 + at % 4] =
             filter[(int64_t)oc * patch + k];
+      }
     int32_t* sums = (int32_t*)(packed + (int64_t)blocks * t * depth);
     for (int32_t oc = 0; oc < blocks * t; ++oc) {
       int32_t sum = 0;
