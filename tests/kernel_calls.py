@@ -158,8 +158,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a kernel
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
     tiles (whole or partial), patch rows read in place or gathered, signed or unsigned inputs and
-    the epilogue of each channel tile (VNNI: fused into the tile for blocks of 32 or 16 channels;
-    8 lanes, or scalar)."""
+    the epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for
+    VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -202,7 +202,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
         if variant == "avx512vnni" and channels <= 16:
             paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
-        if vector and variant == "avx512vnni" and channels in (16, 32):
+        if vector and channels in ((16, 32) if variant == "avx512vnni" else (16,)):
             # Requantized in the tile's registers, packed to bytes; "clamped" when act_min /
             # act_max are not the int8 limits (the byte clamp after the saturating packs).
             paths.add(f"epilogue fused x{channels}")

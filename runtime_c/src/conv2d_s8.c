@@ -296,9 +296,48 @@ static void b8_tile_narrow(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t seg
   _mm512_storeu_si512((void*)acc[7], a7);
 }
 #else
+/* The requantization of one block of 16 channels, loaded once per tile: the one place where the
+ * AVX2 tile reads quant->multiplier and quant->shift. */
+typedef struct {
+  __m256i multiplier[2], right[2]; /* channels 0-7 and 8-15; right = 31 - shift */
+  __m256i zero_point, lo, hi, order;
+} b8_block_epilogue;
+
+static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, b8_block_epilogue* e) {
+  const __m256i thirty_one = _mm256_set1_epi32(31);
+  for (int32_t half = 0; half < 2; ++half) {
+    e->multiplier[half] = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc0 + 8 * half));
+    e->right[half] = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc0 + 8 * half)));
+  }
+  e->zero_point = _mm256_set1_epi32(quant->output_zero_point);
+  e->lo = _mm256_set1_epi8((char)quant->act_min);
+  e->hi = _mm256_set1_epi8((char)quant->act_max);
+  /* After the two packs, dwords 0-7 hold channels 0-3, 8-11 of pixel p, 0-3, 8-11 of pixel q,
+   * then 4-7, 12-15 of p and of q. */
+  e->order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+}
+
+/* Requantizes two pixels' 16 channels (p0, p1: pixel p's channels 0-7 and 8-15; q0, q1: q's),
+ * adds the zero point and packs them into 32 int8: p's 16 channels, then q's, clamped. The
+ * saturating int32 -> int16 -> int8 packs are the clamp to [-128, 127]; act_min / act_max follow
+ * on bytes. */
+B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1) {
+  p0 = _mm256_add_epi32(b8_requantize_x8(p0, e->multiplier[0], e->right[0]), e->zero_point);
+  p1 = _mm256_add_epi32(b8_requantize_x8(p1, e->multiplier[1], e->right[1]), e->zero_point);
+  q0 = _mm256_add_epi32(b8_requantize_x8(q0, e->multiplier[0], e->right[0]), e->zero_point);
+  q1 = _mm256_add_epi32(b8_requantize_x8(q1, e->multiplier[1], e->right[1]), e->zero_point);
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(p0, p1), _mm256_packs_epi32(q0, q1));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, e->order);
+  return _mm256_min_epi8(_mm256_max_epi8(ordered, e->lo), e->hi);
+}
+
+/* acc[p][oc] = bias[oc] + the patch of pixel p times the channel's weights, for 4 pixels x 16
+ * channels. With `e`, the tile requantizes in registers and writes the `count` pixels' 16
+ * channels to out (rows `stride` bytes apart); else it stores the accumulators in acc. */
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
                     const int8_t* w, int nonnegative, const int32_t* bias,
-                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                    int8_t* out, int32_t stride, int32_t count) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i a00 = _mm256_loadu_si256((const __m256i*)bias), a01 = _mm256_loadu_si256((const __m256i*)(bias + 8));
   __m256i a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01;
@@ -327,6 +366,14 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
     }
   }
 #undef B8_STEP
+  if (e) {
+    const __m256i r0 = b8_block_finish(e, a00, a01, a10, a11), r1 = b8_block_finish(e, a20, a21, a30, a31);
+    _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(r0));
+    if (count > 1) _mm_storeu_si128((__m128i*)(out + stride), _mm256_extracti128_si256(r0, 1));
+    if (count > 2) _mm_storeu_si128((__m128i*)(out + 2 * (int64_t)stride), _mm256_castsi256_si128(r1));
+    if (count > 3) _mm_storeu_si128((__m128i*)(out + 3 * (int64_t)stride), _mm256_extracti128_si256(r1, 1));
+    return;
+  }
   /* Lanes hold channels in packing order: each 256-bit half is 8 channels of 4 bytes. */
   _mm256_storeu_si256((__m256i*)acc[0], a00);
   _mm256_storeu_si256((__m256i*)(acc[0] + 8), a01);
@@ -435,7 +482,13 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                   out_c, count);
         if (fused) continue;
 #else
-        b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc);
+        /* Whole blocks of 16 channels requantize in registers. */
+        const int fused = vector_epilogue && channels == 16;
+        b8_block_epilogue e;
+        if (fused) b8_block_epilogue_load(quant, oc0, &e);
+        b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL, out + oc0,
+                out_c, count);
+        if (fused) continue;
 #endif
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
