@@ -14,7 +14,11 @@
  *    multiply, pairwise sums and accumulation in one exact instruction. Signed activations use
  *    an offset instead of the sign trick: (a + 128) times b, minus 128 x the channel's weight
  *    sum (stored after the packed filter), exact while the patch is at most 2^15 bytes.
-
+ * In both SIMD paths the accumulators start from the bias; a kernel row is padded to whole
+ * 4-byte steps (zero weights) so that the tiles read it in place in the input whatever the
+ * channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in the tile's
+ * registers and pack several pixels to bytes at once, since with short patches (1x1 convolutions
+ * on few channels, 3-channel stems) the requantization costs as much as the multiplications.
  */
 #include <string.h>
 
@@ -126,8 +130,9 @@ static int32_t b8_patch_row(const b8_dims* filter_dims) {
   return b8_round_up(filter_dims->w * filter_dims->c, 4);
 }
 
-/* acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch
- * rows are `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
+/* The tiles: acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] over a tile of pixels and
+ * a block of channels; patches are `depth` bytes (a multiple of 4) and w is packed as
+ * [depth / 4][block][4]. */
 #if B8_USE_AVX512VNNI
 /* The requantization of one block of 32 channels, its parameters loaded once for all the pixels
  * of a tile: the one place where the VNNI tiles read quant->multiplier and quant->shift. */
