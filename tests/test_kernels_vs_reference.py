@@ -112,8 +112,8 @@ def test_conv2d(kernels, seed, kind):
 
 # Every path of the SIMD convolutions (kernel_calls.conv2d_paths reads them off as conv2d_s8.c
 # chooses them).
-SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered", "whole pixel tile",
-              "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
+SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered",
+              "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar"}
 
 
