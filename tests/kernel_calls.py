@@ -158,7 +158,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a kernel
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
     tiles (whole or partial), patch rows read in place or gathered, signed or unsigned inputs and
-    the epilogue of each channel tile (16 or 8 lanes, or scalar)."""
+    the epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for
+    VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -168,19 +169,29 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     oh, ow = case["out_hw"]
     (sh, sw), (_, left), (_, dw) = case["strides"], case["padding"], case["dilation"]
     paths = {"tile", "unsigned" if case["nonnegative"] and case["pad_value"] >= 0 else "signed"}
-    if (kh * kw * cin) % 4:
-        paths.add("patch tail")
+    row = -(-kw * cin // 4) * 4  # a kernel row's bytes, padded to whole 4-byte steps
+    if (kw * cin) % 4:
+        paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
-    in_place = dw == 1 and (kw * cin) % 4 == 0 and kh <= MAX_SEGMENTS
+    in_place = dw == 1 and kh <= MAX_SEGMENTS
     tiles = 0
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
         for first in range(begin, end, tile_pixels):
             tiles += 1
             paths.add("whole pixel tile" if end - first >= tile_pixels else "partial pixel tile")
-        ix0 = np.arange(begin, max(begin, end)) % ow * sw - left
+        pixel = np.arange(begin, max(begin, end))
+        ix0 = pixel % ow * sw - left
         inside = in_place & (ix0 >= 0) & (ix0 + kw <= w)
+        # In place, the last kernel row inside the input must not be read past the input's end.
+        top = pixel // ow % oh * sh - case["padding"][0]
+        last = np.minimum(top + (kh - 1) * case["dilation"][0], h - 1)
+        last = last - (last - top) % case["dilation"][0] if kh > 1 else top
+        read_end = ((pixel // (ow * oh) * h + last) * w + ix0) * cin + row
+        overrun = inside & (last >= 0) & (last >= top) & (read_end > n * h * w * cin)
+        paths |= {"read end gathered"} if overrun.any() else set()
+        inside &= ~overrun
         paths |= {"in place"} if inside.any() else set()
         paths |= {"gathered"} if (~inside).any() else set()
     if tiles > 1:
@@ -189,8 +200,14 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     for oc0 in range(0, cout, tile_channels):
         channels = min(tile_channels, cout - oc0)
         paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
-        if vector and variant == "avx512vnni" and channels % 16 == 0:
-            paths.add("epilogue x16")
+        if variant == "avx512vnni" and channels <= 16:
+            paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
+        if vector and channels in ((16, 32) if variant == "avx512vnni" else (16,)):
+            # Requantized in the tile's registers, packed to bytes; "clamped" when act_min /
+            # act_max are not the int8 limits (the byte clamp after the saturating packs).
+            paths.add(f"epilogue fused x{channels}")
+            if tuple(case["act"]) != (-128, 127):
+                paths.add("epilogue fused clamped")
         else:
             paths.add("epilogue x8" if vector else "epilogue scalar")
     if cout > tile_channels:

@@ -76,7 +76,7 @@ def test_draws_are_reproducible_and_independent():
 
 
 # The paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that the sample must take in each build.
-SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "patch tail", "whole pixel tile",
+SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "read end gathered", "whole pixel tile",
               "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "portable"}
 
@@ -87,7 +87,9 @@ def test_sample_reaches_every_conv2d_path(variant):
     for rounding in kernel_calls.ROUNDINGS:
         for index in range(CONFIGS):
             reached.update(kernel_calls.conv2d_paths(fuzz_kernels.draw("conv2d", rounding, index, SEED), variant))
-    expected = SIMD_PATHS | ({"epilogue x16"} if variant == "avx512vnni" else set())
+    fused = {"epilogue fused x16", "epilogue fused clamped"}
+    vnni = {"narrow channel tile", "epilogue fused x32"}
+    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else set())
     assert expected <= set(reached), expected - set(reached)
 
 

@@ -112,8 +112,8 @@ def test_conv2d(kernels, seed, kind):
 
 # Every path of the SIMD convolutions (kernel_calls.conv2d_paths reads them off as conv2d_s8.c
 # chooses them).
-SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "patch tail", "tall kernel", "whole pixel tile",
-              "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
+SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered",
+              "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar"}
 
 
@@ -127,7 +127,9 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         assert kernel_calls.conv2d_paths(random_conv_case(np.random.default_rng(seed), "grouped"), variant) == {"portable"}
     for seed in EPILOGUE_SEEDS:
         reached |= kernel_calls.conv2d_paths(epilogue_case(seed), variant)
-    expected = SIMD_PATHS | ({"epilogue x16"} if variant == "avx512vnni" else set())
+    fused = {"epilogue fused x16", "epilogue fused clamped"}
+    vnni = {"narrow channel tile", "epilogue fused x32"}
+    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else set())
     assert reached == expected, expected ^ reached
 
 

@@ -234,7 +234,8 @@ typedef struct {
  * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups), OHWI; the kernel
  * reads the filter as prepared once by b8_conv2d_s8_pack_filter (b8_conv2d_s8_packed_size bytes),
  * which lays it out for the selected implementation (portable: OHWI unchanged; AVX2 / AVX-512
- * VNNI: blocks of 16 / 32 output channels x 4 input bytes).
+ * VNNI: blocks of 16 / 32 output channels x 4 input bytes, each kernel row's kernel_w x
+ * in_channels bytes padded with zero weights to a multiple of 4, then the weight sums).
  * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
  * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. */
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups);

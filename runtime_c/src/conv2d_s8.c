@@ -14,7 +14,11 @@
  *    multiply, pairwise sums and accumulation in one exact instruction. Signed activations use
  *    an offset instead of the sign trick: (a + 128) times b, minus 128 x the channel's weight
  *    sum (stored after the packed filter), exact while the patch is at most 2^15 bytes.
-
+ * In both SIMD paths the accumulators start from the bias; a kernel row is padded to whole
+ * 4-byte steps (zero weights) so that the tiles read it in place in the input whatever the
+ * channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in the tile's
+ * registers and pack several pixels to bytes at once, since with short patches (1x1 convolutions
+ * on few channels, 3-channel stems) the requantization costs as much as the multiplications.
  */
 #include <string.h>
 
@@ -28,12 +32,13 @@ static int32_t b8_dot_s8(const int8_t* a, const int8_t* b, int32_t length) {
   return acc;
 }
 
-/* Gathers the receptive field of output pixel (oy, ox) for one group into `row` (patch bytes);
- * padded taps read conv->pad_value. Without dilation and groups, the taps of one kernel row are
+/* Gathers the receptive field of output pixel (oy, ox) for one group into `row`, kernel row
+ * ky at ky x row_stride (row_stride >= k_w x group_in; the bytes between are left alone); padded
+ * taps read conv->pad_value. Without dilation and groups, the taps of one kernel row are
  * contiguous in the input: one copy per kernel row when fully inside. */
 static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dims,
                             const int8_t* image, const b8_dims* filter_dims, int32_t oy, int32_t ox,
-                            int32_t channel_offset, int8_t* row) {
+                            int32_t channel_offset, int32_t row_stride, int8_t* row) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, in_c = input_dims->c;
   const int32_t group_in = filter_dims->c, k_w = filter_dims->w;
   const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
@@ -42,23 +47,24 @@ static void b8_gather_patch(const b8_conv_params* conv, const b8_dims* input_dim
     const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
     if (iy < 0 || iy >= in_h) {
       memset(row, conv->pad_value, (size_t)k_w * group_in);
-      row += k_w * group_in;
+      row += row_stride;
       continue;
     }
     const int8_t* line = image + (int64_t)iy * in_w * in_c + channel_offset;
     if (contiguous) {
       memcpy(row, line + (int64_t)ix0 * in_c, (size_t)k_w * in_c);
-      row += k_w * in_c;
+      row += row_stride;
       continue;
     }
-    for (int32_t kx = 0; kx < k_w; ++kx, row += group_in) {
+    for (int32_t kx = 0; kx < k_w; ++kx) {
       const int32_t ix = ix0 + kx * conv->dilation_w;
       if (ix < 0 || ix >= in_w) {
-        memset(row, conv->pad_value, (size_t)group_in);
+        memset(row + kx * group_in, conv->pad_value, (size_t)group_in);
       } else {
-        memcpy(row, line + (int64_t)ix * in_c, (size_t)group_in);
+        memcpy(row + kx * group_in, line + (int64_t)ix * in_c, (size_t)group_in);
       }
     }
+    row += row_stride;
   }
 }
 
@@ -92,7 +98,7 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
       int8_t* out = output + pixel * out_c;
       for (int32_t g = 0; g < groups; ++g) {
         b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox, g * group_in,
-                        scratch);
+                        filter_dims->w * group_in, scratch);
         for (int32_t oc = g * group_out; oc < (g + 1) * group_out; ++oc) {
           int32_t acc = b8_dot_s8(scratch, filter + (int64_t)oc * patch, patch);
           if (bias) acc += bias[oc];
@@ -116,18 +122,69 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-/* acc[p][oc] = sum_k patches[p][k] * w[k][oc] for 4 pixels x 16 channels; patch rows are
- * `depth` bytes (a multiple of 4) and w is packed as [depth / 4][16][4]. */
+/* The SIMD layout of a patch: each kernel row's k_w x c bytes padded to whole 4-byte steps (the
+ * packed filter is zero there), so that the tiles can read a kernel row in place in the input
+ * for any channel count, the few bytes past its end included (a 7x7 stem on 3 channels: rows of
+ * 21 bytes read as 24). */
+static int32_t b8_patch_row(const b8_dims* filter_dims) {
+  return b8_round_up(filter_dims->w * filter_dims->c, 4);
+}
+
+/* The tiles: acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] over a tile of pixels and
+ * a block of channels; patches are `depth` bytes (a multiple of 4) and w is packed as
+ * [depth / 4][block][4]. */
 #if B8_USE_AVX512VNNI
+/* The requantization of one block of 32 channels, its parameters loaded once for all the pixels
+ * of a tile: the one place where the VNNI tiles read quant->multiplier and quant->shift. */
+typedef struct {
+  __m512i multiplier[2], right[2]; /* channels 0-15 and 16-31 of the block; right = 31 - shift */
+  __m512i zero_point, lo, hi, order;
+} b8_block_epilogue;
+
+static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, int32_t channels,
+                                   b8_block_epilogue* e) {
+  const __m512i thirty_one = _mm512_set1_epi32(31);
+  for (int32_t half = 0; half < 2; ++half) {
+    const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
+    e->multiplier[half] = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
+    e->right[half] = _mm512_sub_epi32(thirty_one, _mm512_loadu_si512((const void*)(quant->shift + oc)));
+  }
+  e->zero_point = _mm512_set1_epi32(quant->output_zero_point);
+  e->lo = _mm512_set1_epi8((char)quant->act_min);
+  e->hi = _mm512_set1_epi8((char)quant->act_max);
+  /* After two packs each 128-bit lane i holds dword i of four vectors (A B C D); this gathers
+   * A's four dwords, then B's, C's and D's. */
+  e->order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+}
+
+/* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
+ * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The int32 -> int16 ->
+ * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
+B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha, __m512i b, int hb,
+                                  __m512i c, int hc, __m512i d, int hd) {
+  a = _mm512_add_epi32(b8_requantize_x16(a, e->multiplier[ha], e->right[ha]), e->zero_point);
+  b = _mm512_add_epi32(b8_requantize_x16(b, e->multiplier[hb], e->right[hb]), e->zero_point);
+  c = _mm512_add_epi32(b8_requantize_x16(c, e->multiplier[hc], e->right[hc]), e->zero_point);
+  d = _mm512_add_epi32(b8_requantize_x16(d, e->multiplier[hd], e->right[hd]), e->zero_point);
+  const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+  const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
+  return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
+}
+
 /* acc[p][oc] for 8 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors of
- * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers).
- * Each pixel's patch is read as `segments` runs of `run` bytes: segment[s][p] is pixel p's run s. */
+ * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers),
+ * which start from the bias. Each pixel's patch is read as `segments` runs of `run` bytes:
+ * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
+ * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
+ * them in acc. */
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                    const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
-  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8((char)0x80);
-  __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero;
-  __m512i a30 = zero, a31 = zero, a40 = zero, a41 = zero, a50 = zero, a51 = zero;
-  __m512i a60 = zero, a61 = zero, a70 = zero, a71 = zero;
+                    const int8_t* w, int nonnegative, const int32_t* bias,
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                    int8_t* out, int32_t stride, int32_t count) {
+  const __m512i offset = _mm512_set1_epi8((char)0x80);
+  const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
+  __m512i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
+  __m512i a40 = b0, a41 = b1, a50 = b0, a51 = b1, a60 = b0, a61 = b1, a70 = b0, a71 = b1;
 #define B8_STEP(pixel, acc0, acc1)                                                   \
   do {                                                                               \
     int32_t quad;                                                                    \
@@ -153,6 +210,24 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
     }
   }
 #undef B8_STEP
+  if (e) { /* two pixels per 64 bytes: 32 bytes each */
+    const __m512i r0 = b8_block_finish(e, a00, 0, a01, 1, a10, 0, a11, 1);
+    const __m512i r1 = b8_block_finish(e, a20, 0, a21, 1, a30, 0, a31, 1);
+    const __m512i r2 = b8_block_finish(e, a40, 0, a41, 1, a50, 0, a51, 1);
+    const __m512i r3 = b8_block_finish(e, a60, 0, a61, 1, a70, 0, a71, 1);
+#define B8_PUT(pixel, r)                                                                              \
+  if (count > (pixel)) {                                                                              \
+    _mm256_storeu_si256((__m256i*)(out + (int64_t)(pixel) * stride), _mm512_castsi512_si256(r));       \
+    if (count > (pixel) + 1)                                                                          \
+      _mm256_storeu_si256((__m256i*)(out + (int64_t)((pixel) + 1) * stride), _mm512_extracti64x4_epi64(r, 1)); \
+  }
+    B8_PUT(0, r0);
+    B8_PUT(2, r1);
+    B8_PUT(4, r2);
+    B8_PUT(6, r3);
+#undef B8_PUT
+    return;
+  }
 #define B8_SAVE(pixel, acc0, acc1)                           \
   _mm512_storeu_si512((void*)acc[pixel], acc0);              \
   _mm512_storeu_si512((void*)(acc[pixel] + 16), acc1)
@@ -166,12 +241,111 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
   B8_SAVE(7, a70, a71);
 #undef B8_SAVE
 }
+
+/* b8_tile for a block of at most 16 real channels (the narrow last block of e.g. 16 or 48
+ * output channels): only the first vector of each step, half the work. With `e` (exactly 16
+ * channels), four pixels per 64 bytes of output. */
+static void b8_tile_narrow(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                           const int8_t* w, int nonnegative, const int32_t* bias,
+                           int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                           int8_t* out, int32_t stride, int32_t count) {
+  const __m512i offset = _mm512_set1_epi8((char)0x80);
+  const __m512i b0 = _mm512_loadu_si512((const void*)bias);
+  __m512i a0 = b0, a1 = b0, a2 = b0, a3 = b0, a4 = b0, a5 = b0, a6 = b0, a7 = b0;
+#define B8_STEP(pixel, acc0)                                                         \
+  do {                                                                               \
+    int32_t quad;                                                                    \
+    memcpy(&quad, (pixel) + k, 4);                                                  \
+    __m512i x = _mm512_set1_epi32(quad);                                             \
+    if (!nonnegative) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */   \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                         \
+  } while (0)
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t* const* px = segment[s];
+    for (int32_t k = 0; k < run; k += 4, w += 128) {
+      const __m512i w0 = _mm512_loadu_si512((const void*)w);
+      B8_STEP(px[0], a0);
+      B8_STEP(px[1], a1);
+      B8_STEP(px[2], a2);
+      B8_STEP(px[3], a3);
+      B8_STEP(px[4], a4);
+      B8_STEP(px[5], a5);
+      B8_STEP(px[6], a6);
+      B8_STEP(px[7], a7);
+    }
+  }
+#undef B8_STEP
+  if (e) {
+    const __m512i r0 = b8_block_finish(e, a0, 0, a1, 0, a2, 0, a3, 0);
+    const __m512i r1 = b8_block_finish(e, a4, 0, a5, 0, a6, 0, a7, 0);
+#define B8_PUT(pixel, r, lane) \
+  if (count > (pixel)) _mm_storeu_si128((__m128i*)(out + (int64_t)(pixel) * stride), _mm512_extracti32x4_epi32(r, lane))
+    B8_PUT(0, r0, 0);
+    B8_PUT(1, r0, 1);
+    B8_PUT(2, r0, 2);
+    B8_PUT(3, r0, 3);
+    B8_PUT(4, r1, 0);
+    B8_PUT(5, r1, 1);
+    B8_PUT(6, r1, 2);
+    B8_PUT(7, r1, 3);
+#undef B8_PUT
+    return;
+  }
+  _mm512_storeu_si512((void*)acc[0], a0);
+  _mm512_storeu_si512((void*)acc[1], a1);
+  _mm512_storeu_si512((void*)acc[2], a2);
+  _mm512_storeu_si512((void*)acc[3], a3);
+  _mm512_storeu_si512((void*)acc[4], a4);
+  _mm512_storeu_si512((void*)acc[5], a5);
+  _mm512_storeu_si512((void*)acc[6], a6);
+  _mm512_storeu_si512((void*)acc[7], a7);
+}
 #else
+/* The requantization of one block of 16 channels, loaded once per tile: the one place where the
+ * AVX2 tile reads quant->multiplier and quant->shift. */
+typedef struct {
+  __m256i multiplier[2], right[2]; /* channels 0-7 and 8-15; right = 31 - shift */
+  __m256i zero_point, lo, hi, order;
+} b8_block_epilogue;
+
+static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, b8_block_epilogue* e) {
+  const __m256i thirty_one = _mm256_set1_epi32(31);
+  for (int32_t half = 0; half < 2; ++half) {
+    e->multiplier[half] = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc0 + 8 * half));
+    e->right[half] = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc0 + 8 * half)));
+  }
+  e->zero_point = _mm256_set1_epi32(quant->output_zero_point);
+  e->lo = _mm256_set1_epi8((char)quant->act_min);
+  e->hi = _mm256_set1_epi8((char)quant->act_max);
+  /* After the two packs, dwords 0-7 hold channels 0-3, 8-11 of pixel p, 0-3, 8-11 of pixel q,
+   * then 4-7, 12-15 of p and of q. */
+  e->order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+}
+
+/* Requantizes two pixels' 16 channels (p0, p1: pixel p's channels 0-7 and 8-15; q0, q1: q's),
+ * adds the zero point and packs them into 32 int8: p's 16 channels, then q's, clamped. The
+ * saturating int32 -> int16 -> int8 packs are the clamp to [-128, 127]; act_min / act_max follow
+ * on bytes. */
+B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1) {
+  p0 = _mm256_add_epi32(b8_requantize_x8(p0, e->multiplier[0], e->right[0]), e->zero_point);
+  p1 = _mm256_add_epi32(b8_requantize_x8(p1, e->multiplier[1], e->right[1]), e->zero_point);
+  q0 = _mm256_add_epi32(b8_requantize_x8(q0, e->multiplier[0], e->right[0]), e->zero_point);
+  q1 = _mm256_add_epi32(b8_requantize_x8(q1, e->multiplier[1], e->right[1]), e->zero_point);
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(p0, p1), _mm256_packs_epi32(q0, q1));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, e->order);
+  return _mm256_min_epi8(_mm256_max_epi8(ordered, e->lo), e->hi);
+}
+
+/* acc[p][oc] = bias[oc] + the patch of pixel p times the channel's weights, for 4 pixels x 16
+ * channels. With `e`, the tile requantizes in registers and writes the `count` pixels' 16
+ * channels to out (rows `stride` bytes apart); else it stores the accumulators in acc. */
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                    const int8_t* w, int nonnegative, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS]) {
+                    const int8_t* w, int nonnegative, const int32_t* bias,
+                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                    int8_t* out, int32_t stride, int32_t count) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
-  __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+  __m256i a00 = _mm256_loadu_si256((const __m256i*)bias), a01 = _mm256_loadu_si256((const __m256i*)(bias + 8));
+  __m256i a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01;
 #define B8_STEP(pixel, acc0, acc1)                                                        \
   do {                                                                                    \
     int32_t quad;                                                                         \
@@ -197,6 +371,14 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
     }
   }
 #undef B8_STEP
+  if (e) {
+    const __m256i r0 = b8_block_finish(e, a00, a01, a10, a11), r1 = b8_block_finish(e, a20, a21, a30, a31);
+    _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(r0));
+    if (count > 1) _mm_storeu_si128((__m128i*)(out + stride), _mm256_extracti128_si256(r0, 1));
+    if (count > 2) _mm_storeu_si128((__m128i*)(out + 2 * (int64_t)stride), _mm256_castsi256_si128(r1));
+    if (count > 3) _mm_storeu_si128((__m128i*)(out + 3 * (int64_t)stride), _mm256_extracti128_si256(r1, 1));
+    return;
+  }
   /* Lanes hold channels in packing order: each 256-bit half is 8 channels of 4 bytes. */
   _mm256_storeu_si256((__m256i*)acc[0], a00);
   _mm256_storeu_si256((__m256i*)(acc[0] + 8), a01);
@@ -216,33 +398,34 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                                    const b8_dims* output_dims, int8_t* output,
                                    const b8_pixels* pixels, int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
-  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
-  const int32_t depth = b8_round_up(patch, 4);
+  const int32_t row_len = b8_patch_row(filter_dims), depth = filter_dims->h * row_len;
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
-  /* Scratch: a tile of gathered patches (zero past the patch, where packed weights are zero too),
-   * then `depth` bytes of the pad value, read in place of padding rows. */
+  /* Scratch: a tile of gathered patches (zero past each kernel row, where packed weights are zero
+   * too), then `depth` bytes of the pad value, read in place of padding rows. */
   memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
   memset(scratch + B8_TILE_PIXELS * depth, conv->pad_value, (size_t)depth);
   const int8_t* padding = scratch + B8_TILE_PIXELS * depth;
   /* Without dilation, each kernel row of a pixel whose window lies inside the input horizontally
-   * is one contiguous run of k_w * c input bytes: the tile reads those in place instead of a
-   * copied patch (runs must be whole 4-byte steps). */
+   * is one contiguous run of k_w * c input bytes: the tile reads those in place (row_len bytes,
+   * past the run's end too, where the weights are zero) instead of a copied patch, unless that
+   * read would pass the end of the input. */
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
-  const int32_t run = k_w * in_c;
-  const int in_place = conv->dilation_w == 1 && run % 4 == 0 && k_h <= B8_MAX_SEGMENTS;
-  const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? run : depth;
+  const int8_t* input_end = input + (int64_t)input_dims->n * image_size;
+  const int in_place = conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
+  const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? row_len : depth;
   const int8_t* segment[B8_MAX_SEGMENTS][B8_TILE_PIXELS];
+  /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
+   * start (VNNI with signed inputs: less the offset correction, -128 x the weight sum). */
+  const int32_t padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
+  int32_t* start = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
+  for (int32_t oc = 0; oc < padded_c; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
 #if B8_USE_AVX512VNNI
-  /* Signed inputs: fold the offset correction (-128 x weight sum) into the bias, kept in scratch. */
   if (!input_nonnegative) {
-    const int32_t blocks = b8_round_up(out_c, B8_TILE_CHANNELS) / B8_TILE_CHANNELS;
-    const int32_t* sums = (const int32_t*)(packed + (int64_t)blocks * B8_TILE_CHANNELS * depth);
-    int32_t* adjusted = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
-    for (int32_t oc = 0; oc < out_c; ++oc) adjusted[oc] = (bias ? bias[oc] : 0) - 128 * sums[oc];
-    bias = adjusted;
+    const int32_t* sums = (const int32_t*)(packed + (int64_t)padded_c * depth);
+    for (int32_t oc = 0; oc < out_c; ++oc) start[oc] -= 128 * sums[oc];
   }
 #endif
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
@@ -253,6 +436,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
    * waste part of every tile). */
+  /* The coordinates of the next pixel, stepped along instead of divided out per pixel (the
+   * divisions cost as much as the arithmetic of a small-patch tile). */
+  int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
+  const int8_t* image = input + begin / out_w / out_h * image_size;
   for (int64_t first = begin; first < end; first += B8_TILE_PIXELS) {
     const int32_t count = end - first < B8_TILE_PIXELS ? (int32_t)(end - first) : B8_TILE_PIXELS;
     for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
@@ -260,45 +447,54 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         for (int32_t s = 0; s < segments; ++s) segment[s][p] = padding;
         continue;
       }
-      const int64_t pixel = first + p, row = pixel / out_w;
-      const int32_t oy = (int32_t)(row % out_h), ox = (int32_t)(pixel % out_w);
-      const int8_t* image = input + (row / out_h) * image_size;
       const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
-      if (in_place && ix0 >= 0 && ix0 + k_w <= in_w) {
+      int inside = in_place && ix0 >= 0 && ix0 + k_w <= in_w;
+      if (inside) {
         for (int32_t ky = 0; ky < k_h; ++ky) {
           const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-          segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding
-                                                         : image + ((int64_t)iy * in_w + ix0) * in_c;
+          const int8_t* at = image + ((int64_t)iy * in_w + ix0) * in_c;
+          segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding : at;
+          if (segment[ky][p] == at && row_len > input_end - at) inside = 0; /* the last pixels */
         }
-      } else {
+      }
+      if (!inside) {
         int8_t* patch = scratch + p * depth;
-        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, patch);
+        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
         for (int32_t s = 0; s < segments; ++s) segment[s][p] = patch + s * seg_len;
+      }
+      if (++ox == out_w) {
+        ox = 0;
+        if (++oy == out_h) {
+          oy = 0;
+          image += image_size;
+        }
       }
     }
     {
       int8_t* out = output + first * out_c;
       for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
-        b8_tile(segment, segments, seg_len, packed + (int64_t)oc0 * depth, input_nonnegative, acc);
         const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+        const int8_t* w = packed + (int64_t)oc0 * depth;
 #if B8_USE_AVX512VNNI
-        if (vector_epilogue && channels % 16 == 0) {
-          const __m512i lo16 = _mm512_set1_epi32(quant->act_min), hi16 = _mm512_set1_epi32(quant->act_max);
-          const __m512i zero_point16 = _mm512_set1_epi32(quant->output_zero_point);
-          for (int32_t half = 0; half < channels; half += 16) {
-            const int32_t oc = oc0 + half;
-            const __m512i mult = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
-            const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31),
-                                                   _mm512_loadu_si512((const void*)(quant->shift + oc)));
-            const __m512i b = bias ? _mm512_loadu_si512((const void*)(bias + oc)) : _mm512_setzero_si512();
-            for (int32_t p = 0; p < count; ++p) {
-              const __m512i sum = _mm512_add_epi32(_mm512_loadu_si512((const void*)(acc[p] + half)), b);
-              b8_store_s8x16(out + (int64_t)p * out_c + oc,
-                             _mm512_add_epi32(b8_requantize_x16(sum, mult, right), zero_point16), lo16, hi16);
-            }
-          }
-          continue;
-        }
+        /* Whole blocks of 32 (or a last block of exactly 16) channels requantize in registers. */
+        const int fused = vector_epilogue && (channels == 32 || channels == 16);
+        b8_block_epilogue e;
+        if (fused) b8_block_epilogue_load(quant, oc0, channels, &e);
+        if (channels <= 16)
+          b8_tile_narrow(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
+                         out + oc0, out_c, count);
+        else
+          b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL, out + oc0,
+                  out_c, count);
+        if (fused) continue;
+#else
+        /* Whole blocks of 16 channels requantize in registers. */
+        const int fused = vector_epilogue && channels == 16;
+        b8_block_epilogue e;
+        if (fused) b8_block_epilogue_load(quant, oc0, &e);
+        b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL, out + oc0,
+                out_c, count);
+        if (fused) continue;
 #endif
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
@@ -306,22 +502,17 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             const __m256i mult = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc));
             const __m256i right = _mm256_sub_epi32(
                 thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
-            const __m256i b = bias ? _mm256_loadu_si256((const __m256i*)(bias + oc))
-                                   : _mm256_setzero_si256();
             for (int32_t p = 0; p < count; ++p) {
-              const __m256i sum = _mm256_add_epi32(_mm256_loadu_si256((const __m256i*)(acc[p] + half)), b);
+              const __m256i sum = _mm256_loadu_si256((const __m256i*)(acc[p] + half));
               b8_store_s8x8(out + (int64_t)p * out_c + oc,
                             _mm256_add_epi32(b8_requantize_x8(sum, mult, right), zero_point), lo, hi);
             }
           }
           continue;
         }
-        for (int32_t p = 0; p < count; ++p) {
-          for (int32_t c = 0; c < channels; ++c) {
-            const int32_t oc = oc0 + c;
-            out[(int64_t)p * out_c + oc] = b8_output_s8(acc[p][c] + (bias ? bias[oc] : 0), quant, oc);
-          }
-        }
+        for (int32_t p = 0; p < count; ++p)
+          for (int32_t c = 0; c < channels; ++c)
+            out[(int64_t)p * out_c + oc0 + c] = b8_output_s8(acc[p][c], quant, oc0 + c);
       }
     }
   }
@@ -330,13 +521,12 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #endif /* B8_USE_AVX2 */
 
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
-  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  /* A tile of patches, a run of zeros, and (VNNI) the offset-corrected bias. */
-  return (B8_TILE_PIXELS + 1) * b8_round_up(patch, 4) +
+  /* A tile of patches, a patch of the pad value, and the tiles' starting bias per channel. */
+  return (B8_TILE_PIXELS + 1) * filter_dims->h * b8_patch_row(filter_dims) +
          4 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 #else
-  return patch;
+  return filter_dims->h * filter_dims->w * filter_dims->c;
 #endif
 }
 
@@ -345,7 +535,7 @@ B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t grou
 #if B8_USE_AVX2
   /* The blocked filter, then one int32 weight sum per (padded) output channel. */
   const int32_t channels = b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
-  if (groups == 1) return channels * b8_round_up(patch, 4) + channels * 4;
+  if (groups == 1) return channels * filter_dims->h * b8_patch_row(filter_dims) + channels * 4;
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -356,15 +546,17 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
   if (groups == 1) {
-    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS, zero-filled past the real
-     * channels and patch bytes. */
-    const int32_t t = B8_TILE_CHANNELS, depth = b8_round_up(patch, 4);
-    const int32_t blocks = b8_round_up(filter_dims->n, t) / t;
+    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS and depth = k_h x row (each kernel
+     * row's bytes padded to `row`), zero-filled past the real channels and row bytes. */
+    const int32_t t = B8_TILE_CHANNELS, run = filter_dims->w * filter_dims->c, row = b8_patch_row(filter_dims);
+    const int32_t depth = filter_dims->h * row, blocks = b8_round_up(filter_dims->n, t) / t;
     memset(packed, 0, (size_t)blocks * t * depth);
     for (int32_t oc = 0; oc < filter_dims->n; ++oc)
-      for (int32_t k = 0; k < patch; ++k)
-        packed[(((int64_t)(oc / t) * (depth / 4) + k / 4) * t + oc % t) * 4 + k % 4] =
+      for (int32_t k = 0; k < patch; ++k) {
+        const int32_t at = k / run * row + k % run; /* the byte's place in the padded patch */
+        packed[(((int64_t)(oc / t) * (depth / 4) + at / 4) * t + oc % t) * 4 + at % 4] =
             filter[(int64_t)oc * patch + k];
+      }
     int32_t* sums = (int32_t*)(packed + (int64_t)blocks * t * depth);
     for (int32_t oc = 0; oc < blocks * t; ++oc) {
       int32_t sum = 0;

@@ -94,6 +94,13 @@ B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
 }
 #if B8_USE_AVX512VNNI
+/* The low 32 bits of each 64-bit lane of `even` in the even int32 lanes and those of `odd` in the
+ * odd ones: one vpshufd that swaps odd's halves, merged under a mask (a shift and a blend
+ * otherwise). */
+B8_INLINE __m512i b8_interleave_low_x16(__m512i even, __m512i odd) {
+  return _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CDAB);
+}
+
 /* b8_requantize on 16 lanes, exact while shift <= 0 (the result then fits in int32), in each
  * rounding; AVX-512 has the 64-bit arithmetic shift that AVX2 lacks. `right` is 31 - shift. */
 B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i right) {
@@ -106,7 +113,7 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
   __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(magnitude, 32), multiplier_odd);
   even = _mm512_srlv_epi64(_mm512_add_epi64(even, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_even, one))), right_even);
   odd = _mm512_srlv_epi64(_mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_odd, one))), right_odd);
-  const __m512i result = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  const __m512i result = b8_interleave_low_x16(even, odd);
   const __m512i zero = _mm512_setzero_si512();
   return _mm512_mask_sub_epi32(result, _mm512_cmplt_epi32_mask(acc, zero), zero, result);
 #else
@@ -117,7 +124,7 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
   const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
   even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
   odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
-  const __m512i high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  const __m512i high = b8_interleave_low_x16(even, odd);
   const __m512i exponent = _mm512_sub_epi32(right, _mm512_set1_epi32(31));
   const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(_mm512_set1_epi32(1), exponent), _mm512_set1_epi32(1));
   const __m512i threshold = _mm512_sub_epi32(_mm512_srli_epi32(mask, 1), _mm512_srai_epi32(high, 31));
@@ -129,7 +136,7 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
       _mm512_add_epi64(even, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_even, one))), right_even);
   odd = _mm512_srav_epi64(
       _mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_odd, one))), right_odd);
-  return _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+  return b8_interleave_low_x16(even, odd);
 #endif
 #endif
 }
