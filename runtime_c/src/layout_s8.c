@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "byoc_int8.h"
+#include "internal.h"
 
 B8_API b8_status b8_transpose_s8(int32_t rank, const int32_t* input_shape, const int32_t* perm,
                                  const int8_t* input, int8_t* output) {
@@ -87,16 +88,65 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
   return B8_OK;
 }
 
+/* One run of a concat input rescaled to the output: requant(x - zero_point) + output_zero_point,
+ * clamped to int8. */
+static void b8_rescale_run(const int8_t* in, int32_t count, int32_t zero_point, int32_t multiplier, int32_t shift,
+                           int32_t output_zero_point, int8_t* out) {
+  int32_t i = 0;
+  if (multiplier == (1 << 30) && shift == 1 && zero_point == output_zero_point) {
+    /* The factor is exactly 1 (the input already has the output's scale and zero point). */
+    memcpy(out, in, (size_t)count);
+    return;
+  }
+#if B8_USE_AVX2
+  /* |x - zero_point| <= 255, so the vector requantizations are exact: with TFLite's rounding a
+   * left shift is applied to the int32 value first (wrapping as b8_requantize's does), leaving a
+   * factor below 1; the single roundings take right = 31 - shift as long as the result fits in
+   * int32 (255 * 2^22 does). */
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 31 : 31 - shift;
+  const int vector = 1;
+#else
+  const int32_t left = 0, right = 31 - shift;
+  const int vector = shift <= 22;
+#endif
+  if (vector) {
+    const __m128i left_count = _mm_cvtsi32_si128(left);
+#if B8_USE_AVX512VNNI
+    const __m512i zx = _mm512_set1_epi32(zero_point), mx = _mm512_set1_epi32(multiplier);
+    const __m512i rx = _mm512_set1_epi32(right), ozx = _mm512_set1_epi32(output_zero_point);
+    const __m512i lox = _mm512_set1_epi32(-128), hix = _mm512_set1_epi32(127);
+    for (; i < count; i += 16) {
+      /* The last vector is masked: no byte past the run is read or written. */
+      const __mmask16 mask = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1);
+      const __m512i x = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, in + i));
+      const __m512i acc = _mm512_sll_epi32(_mm512_sub_epi32(x, zx), left_count);
+      b8_store_s8x16_masked(out + i, _mm512_add_epi32(b8_requantize_x16(acc, mx, rx), ozx), lox, hix, mask);
+    }
+#else
+    const __m256i z = _mm256_set1_epi32(zero_point), m = _mm256_set1_epi32(multiplier);
+    const __m256i r = _mm256_set1_epi32(right), oz = _mm256_set1_epi32(output_zero_point);
+    const __m256i lo = _mm256_set1_epi32(-128), hi = _mm256_set1_epi32(127);
+    for (; i + 8 <= count; i += 8) {
+      const __m256i acc = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(in + i), z), left_count);
+      b8_store_s8x8(out + i, _mm256_add_epi32(b8_requantize_x8(acc, m, r), oz), lo, hi);
+    }
+#endif
+  }
+#endif
+  for (; i < count; ++i)
+    out[i] = b8_clamp_s8(b8_requantize(in[i] - zero_point, multiplier, shift) + output_zero_point, -128, 127);
+}
+
 B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
                               const int32_t* multiplier, const int32_t* shift,
                               const int32_t* zero_points, int32_t output_zero_point, int32_t outer,
                               int8_t* output) {
   for (int32_t r = 0; r < outer; ++r) {
     for (int32_t k = 0; k < num_inputs; ++k) {
-      const int8_t* row = inputs[k] + (int64_t)r * inner[k];
-      for (int32_t i = 0; i < inner[k]; ++i)
-        *output++ = b8_clamp_s8(
-            b8_requantize(row[i] - zero_points[k], multiplier[k], shift[k]) + output_zero_point, -128, 127);
+      b8_rescale_run(inputs[k] + (int64_t)r * inner[k], inner[k], zero_points[k], multiplier[k], shift[k],
+                     output_zero_point, output);
+      output += inner[k];
     }
   }
   return B8_OK;
