@@ -43,3 +43,42 @@ def test_concat_rows(kernels, regime, inner):
     inputs = [rng.integers(-128, 128, (outer, inner + k), dtype=np.int8) for k in range(count)]
     assert_matches(kernels, "concat", {"inputs": inputs, "outer": outer, "multiplier": multiplier, "shift": shift,
                                        "zero_points": zero_points, "output_zero_point": output_zero_point})
+
+
+@pytest.mark.parametrize("channels", [1, 31, 32, 33, 63, 64, 65, 130])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_max_pool_channel_blocks(kernels, channels, dilation):
+    """3x3 stride 2 windows in ceil mode (the last ones hang over the edge, as SqueezeNet's), with
+    padding, split in thread shares; channels around the 32 / 64-byte blocks."""
+    rng = np.random.default_rng([channels, dilation])
+    h, w = 11, 12
+    oh, ow = (h + 1 - 1) // 2 + 1, (w + 1 - 1) // 2 + 1  # pad 1 on top / left, ceil mode
+    case = {"kernel": (3, 3), "strides": (2, 2), "dilation": (dilation, dilation), "padding": (1, 1),
+            "out_hw": (oh, ow), "x": rng.integers(-128, 128, (2, h, w, channels), dtype=np.int8),
+            "pixels": [(0, 7), (7, 2 * oh * ow)], "fill": 5}
+    assert_matches(kernels, "max_pool2d", case)
+
+
+@pytest.mark.parametrize("channels", [1, 31, 32, 33, 64, 100, 1000])
+def test_global_avg_pool_channel_blocks(kernels, channels):
+    rng = np.random.default_rng(channels)
+    for shift in (-12, -5, 2):
+        case = {"x": rng.integers(-128, 128, (2, 7, 5, channels), dtype=np.int8),
+                "multiplier": int(rng.integers(1 << 30, 1 << 31)), "shift": shift,
+                "input_zero_point": int(rng.integers(-128, 128)), "output_zero_point": int(rng.integers(-128, 128))}
+        assert_matches(kernels, "global_avg_pool", case)
+
+
+@pytest.mark.parametrize("depth", [1, 15, 16, 17, 31, 32, 33, 48, 1280, 1 << 15])
+def test_dense_depths(kernels, depth):
+    """Depths around the 16 / 32-value blocks, and the longest (extreme values: no overflow)."""
+    rng = np.random.default_rng(depth)
+    units = 19
+    x = rng.integers(-128, 128, (3, depth), dtype=np.int8)
+    weight = rng.integers(-127, 128, (units, depth), dtype=np.int8)
+    if depth == 1 << 15:
+        x[0], weight[0] = -128, -127
+    case = {"x": x, "weight": weight, "bias": rng.integers(-(1 << 20), 1 << 20, units).astype(np.int32),
+            "multiplier": multipliers(rng, units), "shift": rng.integers(-24, -8, units).astype(np.int32),
+            "output_zero_point": 3, "act": (-128, 127)}
+    assert_matches(kernels, "dense", case)
