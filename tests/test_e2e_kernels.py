@@ -82,3 +82,16 @@ def test_dense_depths(kernels, depth):
             "multiplier": multipliers(rng, units), "shift": rng.integers(-24, -8, units).astype(np.int32),
             "output_zero_point": 3, "act": (-128, 127)}
     assert_matches(kernels, "dense", case)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 5, 70), (2, 3, 4, 16), (1, 3, 2, 130), (1, 1, 3, 65), (1, 17, 3, 33),
+                                   (1, 40, 2, 3)])
+def test_quantize_nchw_blocks(kernels, shape):
+    """NCHW -> NHWC quantization through its column / channel blocks and the RGB shuffles, with
+    ties of the rounding and values beyond the int8 range."""
+    rng = np.random.default_rng(list(shape))
+    scale = np.float32(0.037)
+    x = (rng.integers(-400, 400, shape) / 2 * scale).astype(np.float32)
+    x.ravel()[::7] = (rng.standard_normal(x.size)[::7] * 50 * scale).astype(np.float32)
+    for zero_point in (0, -17):
+        assert_matches(kernels, "quantize", {"x": x, "scale": float(scale), "zero_point": zero_point, "nchw": True})
