@@ -12,9 +12,9 @@ interleaved (--blocks rounds of --runs images each), so that a slow phase of the
 hits them alike; every figure is the median over all runs.
 
 Printed per thread count: each call (or the --top slowest) with its op, shapes, ms, share of the
-model's time, GMAC/s (convolution and dense MACs), and a summary per op kind; "outside kernels"
-is the region's time not spent in timed calls (argument checks, arena, int8 copies), "outside
-regions" the VM's time around them (host ops, tensor handling).
+model's time, GMAC/s (convolution and dense MACs), and a summary per op kind; the header
+compares the model's time with its regions' (the rest is the VM's: host ops, tensors) and with
+the timed calls' (the rest: argument checks, the arena, int8 copies).
 """
 
 from __future__ import annotations
@@ -168,12 +168,16 @@ def main() -> None:
         for n in threads:
             med = {r[0]: statistics.median(per_call[n][r[0]]) / 1e6 for r in rows}
             model_ms = statistics.median(totals[n]) / 1e6
-            region_ms = sum(med[r[0]] for r in rows if r[1] == "region_total")
             kernel_rows = [r for r in rows if r[1] != "region_total"]
-            kernel_ms = sum(med[r[0]] for r in kernel_rows)
+            # Sums per run, then their median: a run slowed by the machine counts as one run
+            # (medians of the parts would not add up to the whole).
+            runs = range(len(totals[n]))
+            region_ms = statistics.median(sum(per_call[n][r[0]][k] for r in rows if r[1] == "region_total")
+                                          for k in runs) / 1e6
+            kernel_ms = statistics.median(sum(per_call[n][r[0]][k] for r in kernel_rows) for k in runs) / 1e6
             print(f"### {n} thread{'s' * (n > 1)}: {model_ms:.3f} ms per image (median of {len(totals[n])}); "
-                  f"regions {region_ms:.3f} ms, timed kernel calls {kernel_ms:.3f} ms, outside kernels "
-                  f"{region_ms - kernel_ms:.3f} ms, outside regions {model_ms - region_ms:.3f} ms\n")
+                  f"regions {region_ms:.3f} ms, timed kernel calls {kernel_ms:.3f} ms (medians of per-run sums; "
+                  f"the rows below are medians per call)\n")
             by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
             for r in kernel_rows:
                 kind = r[2].split()[1] if r[1] == "conv" else r[1]
