@@ -95,3 +95,36 @@ def test_quantize_nchw_blocks(kernels, shape):
     x.ravel()[::7] = (rng.standard_normal(x.size)[::7] * 50 * scale).astype(np.float32)
     for zero_point in (0, -17):
         assert_matches(kernels, "quantize", {"x": x, "scale": float(scale), "zero_point": zero_point, "nchw": True})
+
+
+@pytest.mark.parametrize("channels", [1, 15, 16, 17, 40])
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (1, 2), (2, 1), (1, 3)])
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1), (1, 2)])
+def test_depthwise_3x3_columns(kernels, channels, strides, dilation):
+    """3x3 depthwise through the AVX-512 column path (stride 1 or 2 across, any row dilation,
+    every row inside) and around it: interior runs that start and stop inside a thread's share,
+    rows with padding, extreme inputs and weights (the +128 offset and its correction), one
+    channel shifted left (the lane-by-lane output stage)."""
+    rng = np.random.default_rng([channels, *strides, *dilation])
+    (sh, sw), (dh, dw) = strides, dilation
+    h, w = 9, 23
+    for pad in (0, 1, 2):
+        oh = (h + 2 * pad - 2 * dh - 1) // sh + 1
+        ow = (w + 2 * pad - 2 * dw - 1) // sw + 1
+        x = rng.integers(-128, 128, (2, h, w, channels), dtype=np.int8)
+        x[0, :2] = -128
+        x[1, :, :3] = 127
+        weight = rng.integers(-127, 128, (1, 3, 3, channels), dtype=np.int8)
+        weight[..., 0] = 127 if channels > 1 else weight[..., 0]
+        shift = rng.integers(-14, -6, channels).astype(np.int32)
+        if channels > 2:
+            shift[2] = 1
+        total = 2 * oh * ow
+        cuts = sorted({0, total, int(rng.integers(1, total)), int(rng.integers(1, total)), ow + 3})
+        case = {"kernel": (3, 3), "strides": strides, "dilation": dilation, "padding": (pad, pad),
+                "out_hw": (oh, ow), "x": x, "weight": weight,
+                "bias": rng.integers(-(1 << 20), 1 << 20, channels).astype(np.int32),
+                "multiplier": multipliers(rng, channels), "shift": shift, "output_zero_point": -5,
+                "act": (-128, 127), "pad_value": int(rng.integers(-128, 128)),
+                "pixels": [(a, b) for a, b in zip(cuts[:-1], cuts[1:])], "fill": 7}
+        assert_matches(kernels, "depthwise_conv2d", case)
