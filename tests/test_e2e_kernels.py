@@ -19,7 +19,7 @@ def multipliers(rng, count: int) -> np.ndarray:
 
 
 # (shift regime, zero points equal to the output's) per concat input.
-CONCAT_REGIMES = ["identity", "identity-offset", "right", "far-right", "left", "far-left"]
+CONCAT_REGIMES = ["identity", "identity-offset", "right", "far-right", "left", "far-left", "wrap"]
 
 
 @pytest.mark.parametrize("regime", CONCAT_REGIMES)
@@ -40,6 +40,9 @@ def test_concat_rows(kernels, regime, inner):
         shift[:] = rng.integers(1, 4, count)
     elif regime == "far-left":
         shift[:] = [22, 23, 30]
+    elif regime == "wrap":  # TFLite's left shift wraps in int32: results near +-2^31, then the zero point
+        multiplier[:], shift[:], zero_points[:] = 2**31 - 1, [29, 30, 24], 0
+        output_zero_point = [-128, 127, -47][inner % 3]
     inputs = [rng.integers(-128, 128, (outer, inner + k), dtype=np.int8) for k in range(count)]
     assert_matches(kernels, "concat", {"inputs": inputs, "outer": outer, "multiplier": multiplier, "shift": shift,
                                        "zero_points": zero_points, "output_zero_point": output_zero_point})

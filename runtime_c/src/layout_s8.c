@@ -102,7 +102,9 @@ static void b8_rescale_run(const int8_t* in, int32_t count, int32_t zero_point, 
   /* |x - zero_point| <= 255, so the vector requantizations are exact: with TFLite's rounding a
    * left shift is applied to the int32 value first (wrapping as b8_requantize's does), leaving a
    * factor below 1; the single roundings take right = 31 - shift as long as the result fits in
-   * int32 (255 * 2^22 does). */
+   * int32 (255 * 2^22 does). The wrapped value can requantize to nearly +-2^31, so the result is
+   * clamped to [-128, 127] less the output zero point before that is added (in int32 the sum
+   * could wrap; b8_requantize's is int64). */
 #if B8_ROUNDING == B8_ROUND_TFLITE
   const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 31 : 31 - shift;
   const int vector = 1;
@@ -115,21 +117,24 @@ static void b8_rescale_run(const int8_t* in, int32_t count, int32_t zero_point, 
 #if B8_USE_AVX512VNNI
     const __m512i zx = _mm512_set1_epi32(zero_point), mx = _mm512_set1_epi32(multiplier);
     const __m512i rx = _mm512_set1_epi32(right), ozx = _mm512_set1_epi32(output_zero_point);
-    const __m512i lox = _mm512_set1_epi32(-128), hix = _mm512_set1_epi32(127);
+    const __m512i lox = _mm512_set1_epi32(-128 - output_zero_point), hix = _mm512_set1_epi32(127 - output_zero_point);
     for (; i < count; i += 16) {
       /* The last vector is masked: no byte past the run is read or written. */
       const __mmask16 mask = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1);
       const __m512i x = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, in + i));
       const __m512i acc = _mm512_sll_epi32(_mm512_sub_epi32(x, zx), left_count);
-      b8_store_s8x16_masked(out + i, _mm512_add_epi32(b8_requantize_x16(acc, mx, rx), ozx), lox, hix, mask);
+      const __m512i y = _mm512_min_epi32(_mm512_max_epi32(b8_requantize_x16(acc, mx, rx), lox), hix);
+      _mm512_mask_cvtepi32_storeu_epi8(out + i, mask, _mm512_add_epi32(y, ozx));
     }
 #else
     const __m256i z = _mm256_set1_epi32(zero_point), m = _mm256_set1_epi32(multiplier);
     const __m256i r = _mm256_set1_epi32(right), oz = _mm256_set1_epi32(output_zero_point);
-    const __m256i lo = _mm256_set1_epi32(-128), hi = _mm256_set1_epi32(127);
+    const __m256i lo = _mm256_set1_epi32(-128 - output_zero_point), hi = _mm256_set1_epi32(127 - output_zero_point);
+    const __m256i lo8 = _mm256_set1_epi32(-128), hi8 = _mm256_set1_epi32(127);
     for (; i + 8 <= count; i += 8) {
       const __m256i acc = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(in + i), z), left_count);
-      b8_store_s8x8(out + i, _mm256_add_epi32(b8_requantize_x8(acc, m, r), oz), lo, hi);
+      const __m256i y = _mm256_min_epi32(_mm256_max_epi32(b8_requantize_x8(acc, m, r), lo), hi);
+      b8_store_s8x8(out + i, _mm256_add_epi32(y, oz), lo8, hi8); /* already in range */
     }
 #endif
   }
