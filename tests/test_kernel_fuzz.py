@@ -197,3 +197,18 @@ def test_quantize_refuses_a_scale_without_a_finite_reciprocal(kernels, scale):
     assert kernel_calls.run(kernels, "quantize", case)[0] == 1
     assert kernel_calls.expected("quantize", case, kernels.rounding) == (1, None)
     assert kernel_calls.run(kernels, "quantize", {**case, "scale": 2.0**-126})[0] == 0
+
+
+def test_fuzz_concat_tflite_7_200(kernels):
+    """benchmarks/fuzz_kernels.py --seed 7 --only concat:tflite:200: on avx2-tflite and
+    avx512vnni-tflite, 1 of 25 outputs differed; first at (0, 3): np.int8(127), expected
+    np.int8(-128) (the vector concat added the output zero point to a result near -2^31 in int32)."""
+    case = {
+        'inputs': [np.array([[-120, 77, 38, -28, 114, 122, -98, -58, -95, 18, -98, -5, -62, 48, -42, -64, -66, -120, 22, 127, 22, -19, 23, -115, -93]], np.int8).reshape((1, 25))],
+        'outer': 1,
+        'multiplier': np.array([2147483647], np.int32).reshape((1,)),
+        'shift': np.array([29], np.int32).reshape((1,)),
+        'zero_points': np.array([0], np.int32).reshape((1,)),
+        'output_zero_point': -47,
+    }
+    assert_kernel_matches(kernels, "concat", case)

@@ -2,8 +2,8 @@
 
 Each region becomes plain C99: its quantized constants and a ``<symbol>_run`` function, a
 kernel-call sequence over one planned arena, that returns a ``B8_MODEL_*`` status
-(``runtime_c/include/byoc_int8_model.h``). Convolutions, adds and max pools go through that
-header's scheduler functions, and filters through ``b8_model_filter``.
+(``runtime_c/include/byoc_int8_model.h``). Convolutions, adds, max pools and concatenations go
+through that header's scheduler functions, and filters through ``b8_model_filter``.
 
 * For TVM (:func:`emit_module`): one translation unit with the kernels, the TVM adapter
   (``runtime_c/tvm/tvm_adapter.c``: thread pool, filter packing, argument checks) and, per
@@ -392,8 +392,9 @@ class RegionEmitter:
                 _int32_arrays(inner=p["inner"], **factors, zero_points=p["zero_points"]),
             ]
             mult = "mult" if exponents is None else "NULL"
-            self._call(index, f"b8_concat_s8({k}, parts, inner, {mult}, shift, zero_points, {p['output_zero_point']}, "
-                              f"{p['outer']}, {dst})")
+            self.body.append(f"    b8_concat_job job = {{{k}, parts, inner, {mult}, shift, zero_points, "
+                             f"{p['output_zero_point']}, {p['outer']}, {dst}}};")
+            self._call(index, "b8_model_concat(&job)")
         elif qn.op == "slice":
             self.body.append(_int32_arrays(shape=p["shape"], begin=p["begin"], stride=p["stride"], out_shape=p["out_shape"]))
             self._call(index, f"b8_slice_s8({len(p['shape'])}, shape, begin, stride, out_shape, {src}, {dst})")

@@ -3,8 +3,8 @@
  *
  * byoc_int8's code generator writes each model as plain C99: its constants, one planned arena,
  * and a sequence of kernel calls. The kernels it may split over threads (convolution, add, max
- * pool) and the preparation of convolution filters go through the four functions below, which
- * have two implementations:
+ * pool, concatenation) and the preparation of convolution filters go through the functions
+ * below, which have two implementations:
  *  - runtime_c/model/serial.c: one thread, no heap, the portable kernels (the standalone C
  *    export, e.g. for firmware);
  *  - runtime_c/tvm/tvm_adapter.c: TVM's thread pool, and filters packed once for the SIMD
@@ -55,11 +55,22 @@ typedef struct {
   int8_t* output;
 } b8_max_pool_job;
 
+/* One concatenation (b8_concat_s8's arguments): `outer` rows, each the rows of every input side
+ * by side, rescaled to the output. */
+typedef struct {
+  int32_t num_inputs;
+  const int8_t* const* inputs;
+  const int32_t *inner, *multiplier, *shift, *zero_points;
+  int32_t output_zero_point, outer;
+  int8_t* output;
+} b8_concat_job;
+
 /* `scratch`: b8_conv2d_s8_scratch_size(filter_dims) bytes of the portable kernels, from the
  * model's arena (an implementation with other kernels may use its own). */
 B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch);
 B8_API b8_status b8_model_add(const b8_add_job* job);
 B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job);
+B8_API b8_status b8_model_concat(const b8_concat_job* job);
 
 /* A convolution filter (OHWI) in the layout of the kernels compiled in; `cache` is one pointer
  * per filter, NULL before the first call, that an implementation may keep a packed copy in.

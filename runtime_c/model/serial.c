@@ -33,6 +33,11 @@ B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job) {
   return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, job->output_dims, job->output, &pixels);
 }
 
+B8_API b8_status b8_model_concat(const b8_concat_job* job) {
+  return b8_concat_s8(job->num_inputs, job->inputs, job->inner, job->multiplier, job->shift, job->zero_points,
+                      job->output_zero_point, job->outer, job->output);
+}
+
 B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
                                      const int8_t** cache) {
   (void)filter_dims;

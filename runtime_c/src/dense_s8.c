@@ -6,7 +6,31 @@
 static int32_t b8_dense_accumulator(const int8_t* row, const int8_t* w, int32_t depth, const int32_t* bias,
                                     int32_t unit) {
   int32_t acc = bias ? bias[unit] : 0;
-  for (int32_t k = 0; k < depth; ++k) acc += (int32_t)row[k] * (int32_t)w[k];
+  int32_t k = 0;
+#if B8_USE_AVX2
+  /* Both operands sign-extended to int16 and multiplied in pairs (vpmaddwd; VNNI's vpdpwssd also
+   * adds): exact, and the int32 sum is the scalar loop's in another order. */
+#if B8_USE_AVX512VNNI
+  __m512i sum = _mm512_setzero_si512();
+  for (; k + 32 <= depth; k += 32) {
+    const __m512i x = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(row + k)));
+    const __m512i y = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(w + k)));
+    sum = _mm512_dpwssd_epi32(sum, x, y);
+  }
+  acc += _mm512_reduce_add_epi32(sum);
+#endif
+  __m256i sum8 = _mm256_setzero_si256();
+  for (; k + 16 <= depth; k += 16) {
+    const __m256i x = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(row + k)));
+    const __m256i y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(w + k)));
+    sum8 = _mm256_add_epi32(sum8, _mm256_madd_epi16(x, y));
+  }
+  __m128i half = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+  half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0x4E));
+  half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0xB1));
+  acc += _mm_cvtsi128_si32(half);
+#endif
+  for (; k < depth; ++k) acc += (int32_t)row[k] * (int32_t)w[k];
   return acc;
 }
 

@@ -2,7 +2,8 @@
  *
  * b8_depthwise_conv2d_s8 reads its filter as given, (kernel_h, kernel_w, channels). With channel
  * multiplier 1 the AVX2 / AVX-512 builds vectorize it over channels, 8 / 16 int32 lanes of exact
- * products (b8_depthwise_run); other multipliers, and fewer than 8 channels with AVX2, run the
+ * products (b8_depthwise_run; the AVX-512 VNNI build sums the interior of 3x3 kernels with
+ * vpdpbusd, three taps per lane); other multipliers, and fewer than 8 channels with AVX2, run the
  * portable loop.
  */
 #include "byoc_int8.h"
@@ -71,6 +72,14 @@ B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, b8_dw_vec multiplier, b8
                             b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
   const __m512i y = _mm512_add_epi32(b8_requantize_x16(acc, multiplier, right), zero_point);
   b8_store_s8x16_masked(out, y, lo, hi, m);
+}
+/* Three rows' bytes of 16 channels side by side in each int32 lane: byte 0 from r0, 1 from r1,
+ * 2 from r2, byte 3 zero (vpdpbusd then sums one kernel column of a 3-tall kernel per lane). */
+B8_INLINE __m512i b8_dw_column3(const int8_t* r0, const int8_t* r1, const int8_t* r2, __mmask16 m) {
+  const __m512i a = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r0));
+  const __m512i b = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r1)), 8);
+  const __m512i c = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r2)), 16);
+  return _mm512_ternarylogic_epi32(a, b, c, 0xFE); /* a | b | c */
 }
 #else
 enum { B8_DW_LANES = 8 };
@@ -171,9 +180,61 @@ B8_INLINE void b8_depthwise_run(const b8_conv_params* conv, const b8_requant_par
     block.multiplier = b8_dw_load_s32(quant->multiplier + oc, mask);
     block.right = b8_dw_sub(thirty_one, shift);
     block.vector = !b8_dw_any_positive(shift, mask);
+#if B8_USE_AVX512VNNI
+    /* 3x3 kernels (any row dilation), stride 1 or 2 across, every row inside the input: the
+     * interior pixels by vpdpbusd, 4 bytes per lane. Each input column of the three rows is
+     * gathered once into lanes [x0, x1, x2, 0] made unsigned (x + 128, by flipping the sign
+     * bits), and each kernel column into [w0, w1, w2, 0]: a pixel is 3 instructions on the
+     * columns it spans, and the bias less 128 x (the sum of the weights) takes the +128 back.
+     * Integer sums in another order: the portable accumulator exactly. */
+    __m512i wcol[3] = {base, base, base}, base_u = base; /* (set below when used) */
+    const int columns3 = k_h == 3 && k_w == 3 && dw == 1 && (sw == 1 || sw == 2) && all_rows;
+    if (columns3) {
+      const __m512i flip = _mm512_set1_epi32(0x00808080);
+      for (int32_t kx = 0; kx < 3; ++kx) {
+        wcol[kx] = b8_dw_column3(filter + (int64_t)kx * c + oc, filter + (int64_t)(3 + kx) * c + oc,
+                                 filter + (int64_t)(6 + kx) * c + oc, mask);
+        base_u = _mm512_sub_epi32(base_u, _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, wcol[kx]));
+      }
+    }
+#endif
     for (int32_t ox = ox_begin; ox < ox_end; ++ox) {
       const int32_t ix0 = ox * sw - conv->pad_left;
       int8_t* o = out + (int64_t)(ox - ox_begin) * c + oc;
+#if B8_USE_AVX512VNNI
+      if (columns3 && ix0 >= 0 && ix0 + 2 < in_w) {
+        /* The interior run from here: pixels whose window ends inside the row. */
+        const int32_t last = (in_w - 3 + conv->pad_left) / sw; /* the last interior pixel */
+        const int32_t stop = last + 1 < ox_end ? last + 1 : ox_end;
+        const int8_t* r0 = image + (int64_t)iy0 * row_stride + oc;
+        const int8_t* r1 = r0 + dh * row_stride;
+        const int8_t* r2 = r1 + dh * row_stride;
+        const __m512i flip = _mm512_set1_epi32(0x00808080);
+#define B8_DW_COLUMN(ix) \
+  _mm512_xor_si512(b8_dw_column3(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, mask), flip)
+        __m512i c0 = B8_DW_COLUMN(ix0), c1 = B8_DW_COLUMN(ix0 + 1);
+        for (int32_t x = ix0;;) {
+          const __m512i c2 = B8_DW_COLUMN(x + 2);
+          __m512i acc = _mm512_dpbusd_epi32(base_u, c0, wcol[0]);
+          acc = _mm512_dpbusd_epi32(acc, c1, wcol[1]);
+          acc = _mm512_dpbusd_epi32(acc, c2, wcol[2]);
+          b8_depthwise_output(&block, quant, acc, o);
+          if (++ox >= stop) break;
+          o += c;
+          x += sw;
+          if (sw == 1) {
+            c0 = c1;
+            c1 = c2;
+          } else {
+            c0 = c2;
+            c1 = B8_DW_COLUMN(x + 1);
+          }
+        }
+#undef B8_DW_COLUMN
+        --ox; /* the loop's increment moves past the run */
+        continue;
+      }
+#endif
       if (all_rows && ix0 >= 0 && ix0 + (k_w - 1) * dw < in_w) {
         const int8_t* window = image + (int64_t)iy0 * row_stride + (int64_t)ix0 * c + oc;
         if (grouped && ox + B8_DW_PIXELS <= ox_end && ix0 + B8_DW_PIXELS + 1 < in_w) {

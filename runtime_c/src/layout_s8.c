@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "byoc_int8.h"
+#include "internal.h"
 
 B8_API b8_status b8_transpose_s8(int32_t rank, const int32_t* input_shape, const int32_t* perm,
                                  const int8_t* input, int8_t* output) {
@@ -87,25 +88,81 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
   return B8_OK;
 }
 
+/* One run of a concat input rescaled to the output: requant(x - zero_point) + output_zero_point,
+ * clamped to int8. `factor` and `exponent` may be B8_SHIFT_ONLY and an exponent; the vector code
+ * runs that in its multiplier form (the same function). */
+static void b8_rescale_run(const int8_t* in, int32_t count, int32_t zero_point, int32_t factor, int32_t exponent,
+                           int32_t output_zero_point, int8_t* out) {
+  int32_t i = 0, multiplier = factor, shift = exponent;
+  b8_multiplier_form(&multiplier, &shift);
+  if (multiplier == (1 << 30) && shift == 1 && zero_point == output_zero_point) {
+    /* The factor is exactly 1 (the input already has the output's scale and zero point). */
+    memcpy(out, in, (size_t)count);
+    return;
+  }
+#if B8_USE_AVX2
+  /* |x - zero_point| <= 255, so the vector requantizations are exact: with TFLite's rounding a
+   * left shift is applied to the int32 value first (wrapping as b8_requantize's does), leaving a
+   * factor below 1; the single roundings take right = 31 - shift as long as the result fits in
+   * int32 (255 * 2^22 does). The wrapped value can requantize to nearly +-2^31, so the result is
+   * clamped to [-128, 127] less the output zero point before that is added (in int32 the sum
+   * could wrap; b8_requantize's is int64). */
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 31 : 31 - shift;
+  const int vector = 1;
+#else
+  const int32_t left = 0, right = 31 - shift;
+  const int vector = shift <= 22;
+#endif
+  if (vector) {
+    const __m128i left_count = _mm_cvtsi32_si128(left);
+#if B8_USE_AVX512VNNI
+    const __m512i zx = _mm512_set1_epi32(zero_point), mx = _mm512_set1_epi32(multiplier);
+    const __m512i rx = _mm512_set1_epi32(right), ozx = _mm512_set1_epi32(output_zero_point);
+    const __m512i lox = _mm512_set1_epi32(-128 - output_zero_point), hix = _mm512_set1_epi32(127 - output_zero_point);
+    for (; i < count; i += 16) {
+      /* The last vector is masked: no byte past the run is read or written. */
+      const __mmask16 mask = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1);
+      const __m512i x = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, in + i));
+      const __m512i acc = _mm512_sll_epi32(_mm512_sub_epi32(x, zx), left_count);
+      const __m512i y = _mm512_min_epi32(_mm512_max_epi32(b8_requantize_x16(acc, mx, rx), lox), hix);
+      _mm512_mask_cvtepi32_storeu_epi8(out + i, mask, _mm512_add_epi32(y, ozx));
+    }
+#else
+    const __m256i z = _mm256_set1_epi32(zero_point), m = _mm256_set1_epi32(multiplier);
+    const __m256i r = _mm256_set1_epi32(right), oz = _mm256_set1_epi32(output_zero_point);
+    const __m256i lo = _mm256_set1_epi32(-128 - output_zero_point), hi = _mm256_set1_epi32(127 - output_zero_point);
+    const __m256i lo8 = _mm256_set1_epi32(-128), hi8 = _mm256_set1_epi32(127);
+    for (; i + 8 <= count; i += 8) {
+      const __m256i acc = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(in + i), z), left_count);
+      const __m256i y = _mm256_min_epi32(_mm256_max_epi32(b8_requantize_x8(acc, m, r), lo), hi);
+      b8_store_s8x8(out + i, _mm256_add_epi32(y, oz), lo8, hi8); /* already in range */
+    }
+#endif
+  }
+#endif
+  for (; i < count; ++i)
+    out[i] = b8_clamp_s8(b8_rescale(in[i] - zero_point, factor, exponent) + output_zero_point, -128, 127);
+}
+
 B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, const int32_t* inner,
                               const int32_t* multiplier, const int32_t* shift,
                               const int32_t* zero_points, int32_t output_zero_point, int32_t outer,
                               int8_t* output) {
   for (int32_t r = 0; r < outer; ++r) {
     for (int32_t k = 0; k < num_inputs; ++k) {
-      const int8_t* row = inputs[k] + (int64_t)r * inner[k];
-      const int32_t factor = multiplier ? multiplier[k] : B8_SHIFT_ONLY;
-      for (int32_t i = 0; i < inner[k]; ++i)
-        *output++ = b8_clamp_s8(b8_rescale(row[i] - zero_points[k], factor, shift[k]) + output_zero_point, -128, 127);
+      b8_rescale_run(inputs[k] + (int64_t)r * inner[k], inner[k], zero_points[k],
+                     multiplier ? multiplier[k] : B8_SHIFT_ONLY, shift[k], output_zero_point, output);
+      output += inner[k];
     }
   }
   return B8_OK;
 }
 
-/* float -> int8 of one contiguous run, written every `stride` bytes; returns nonzero on NaN or
- * infinity. Reads are contiguous (NCHW rows), so the arithmetic vectorizes. */
+/* float -> int8 of one contiguous run; returns nonzero on NaN or infinity. Reads and writes are
+ * contiguous, so the arithmetic vectorizes. */
 static int b8_quantize_run(float scale, int32_t zero_point, int64_t count, const float* input,
-                           int8_t* output, int64_t stride) {
+                           int8_t* output) {
   /* Clamping before rounding to the integer bounds gives the same as clamping after. */
   const float lo = (float)(-128 - zero_point), hi = (float)(127 - zero_point);
 #if B8_ROUNDING == B8_ROUND_SINGLE
@@ -127,10 +184,26 @@ static int b8_quantize_run(float scale, int32_t zero_point, int64_t count, const
     const float whole = truncf(v);
     v = whole + (v - whole >= 0.5f ? 1.0f : (v - whole <= -0.5f ? -1.0f : 0.0f));
 #endif
-    output[i * stride] = (int8_t)((int32_t)v + zero_point);
+    output[i] = (int8_t)((int32_t)v + zero_point);
   }
   return bad;
 }
+
+#if B8_USE_AVX2
+/* For 16 RGB pixels = 48 bytes in 3 parts of 16: per part and channel, the byte of that
+ * channel's row each output byte takes (byte j of part p is channel (16 p + j) % 3 of pixel
+ * (16 p + j) / 3), or -128 (pshufb writes 0) where another channel's goes. */
+static const int8_t b8_rgb_picks[3][3][16] = {
+    {{0, -128, -128, 1, -128, -128, 2, -128, -128, 3, -128, -128, 4, -128, -128, 5},
+     {-128, 0, -128, -128, 1, -128, -128, 2, -128, -128, 3, -128, -128, 4, -128, -128},
+     {-128, -128, 0, -128, -128, 1, -128, -128, 2, -128, -128, 3, -128, -128, 4, -128}},
+    {{-128, -128, 6, -128, -128, 7, -128, -128, 8, -128, -128, 9, -128, -128, 10, -128},
+     {5, -128, -128, 6, -128, -128, 7, -128, -128, 8, -128, -128, 9, -128, -128, 10},
+     {-128, 5, -128, -128, 6, -128, -128, 7, -128, -128, 8, -128, -128, 9, -128, -128}},
+    {{-128, 11, -128, -128, 12, -128, -128, 13, -128, -128, 14, -128, -128, 15, -128, -128},
+     {-128, -128, 11, -128, -128, 12, -128, -128, 13, -128, -128, 14, -128, -128, 15, -128},
+     {10, -128, -128, 11, -128, -128, 12, -128, -128, 13, -128, -128, 14, -128, -128, 15}}};
+#endif
 
 B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
                                  int32_t size, const float* input, int8_t* output) {
@@ -138,16 +211,49 @@ B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims*
    * and 0 * (1 / scale) would be NaN). */
   const int scale_ok = scale > 0.0f && scale <= FLT_MAX && 1.0f / scale <= FLT_MAX;
   if (zero_point < -128 || zero_point > 127 || !scale_ok) return B8_ERROR_ARGUMENT;
-  if (!dims)
-    return b8_quantize_run(scale, zero_point, size, input, output, 1) ? B8_ERROR_ARGUMENT : B8_OK;
+  if (!dims) return b8_quantize_run(scale, zero_point, size, input, output) ? B8_ERROR_ARGUMENT : B8_OK;
   int bad = 0;
   const int64_t h = dims->h, w = dims->w, c = dims->c;
-  /* NCHW input, one (n, c, y) row at a time, into NHWC: element x of the row lands x * c further. */
+  /* NCHW input into NHWC: per (n, y), B8_QUANTIZE_COLUMNS columns of up to B8_QUANTIZE_CHANNELS
+   * channels at a time are quantized row by row into `rows` (contiguous: vectorized), then
+   * interleaved into the output's pixels (writing element x of channel ch's row x * c further
+   * one byte at a time was the cost). */
+  enum { B8_QUANTIZE_COLUMNS = 64, B8_QUANTIZE_CHANNELS = 16 };
+  int8_t rows[B8_QUANTIZE_CHANNELS][B8_QUANTIZE_COLUMNS];
   for (int64_t n = 0; n < dims->n; ++n)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t y = 0; y < h; ++y)
-        bad |= b8_quantize_run(scale, zero_point, w, input + ((n * c + ch) * h + y) * w,
-                               output + ((n * h + y) * w) * c + ch, c);
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x0 = 0; x0 < w; x0 += B8_QUANTIZE_COLUMNS) {
+        const int64_t columns = w - x0 < B8_QUANTIZE_COLUMNS ? w - x0 : B8_QUANTIZE_COLUMNS;
+        for (int64_t c0 = 0; c0 < c; c0 += B8_QUANTIZE_CHANNELS) {
+          const int64_t channels = c - c0 < B8_QUANTIZE_CHANNELS ? c - c0 : B8_QUANTIZE_CHANNELS;
+          for (int64_t k = 0; k < channels; ++k)
+            bad |= b8_quantize_run(scale, zero_point, columns, input + ((n * c + c0 + k) * h + y) * w + x0,
+                                   rows[k]);
+          int8_t* out = output + ((n * h + y) * w + x0) * c + c0;
+          int64_t x = 0;
+#if B8_USE_AVX2
+          if (c == 3) {
+            /* RGB images: 16 pixels (48 bytes) from the three rows by byte shuffles; output
+             * byte j of the 48 is channel j % 3 of pixel j / 3. */
+            for (; x + 16 <= columns; x += 16) {
+              const __m128i r = _mm_loadu_si128((const __m128i*)(rows[0] + x));
+              const __m128i g = _mm_loadu_si128((const __m128i*)(rows[1] + x));
+              const __m128i b = _mm_loadu_si128((const __m128i*)(rows[2] + x));
+              for (int32_t part = 0; part < 3; ++part) {
+                const int8_t(*pick)[16] = b8_rgb_picks[part];
+                const __m128i v = _mm_or_si128(
+                    _mm_or_si128(_mm_shuffle_epi8(r, _mm_loadu_si128((const __m128i*)pick[0])),
+                                 _mm_shuffle_epi8(g, _mm_loadu_si128((const __m128i*)pick[1]))),
+                    _mm_shuffle_epi8(b, _mm_loadu_si128((const __m128i*)pick[2])));
+                _mm_storeu_si128((__m128i*)(out + x * 3 + 16 * part), v);
+              }
+            }
+          }
+#endif
+          for (; x < columns; ++x)
+            for (int64_t k = 0; k < channels; ++k) out[x * c + k] = rows[k][x];
+        }
+      }
   return bad ? B8_ERROR_ARGUMENT : B8_OK;
 }
 

@@ -17,22 +17,53 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
   for (int64_t index = begin; index < end; ++index) {
     const int8_t* image = input + index / out_plane * in_h * in_w * c;
     const int32_t oy = (int32_t)(index % out_plane / out_w), ox = (int32_t)(index % out_w);
-    {
-      {
-        /* The maximum over the in-bounds taps only, from the lowest code (TFLite's rule): a
-         * window entirely in the padding (possible with dilation) gives -128. */
-        int8_t* out = output + index * c;
-        for (int32_t ch = 0; ch < c; ++ch) out[ch] = INT8_MIN;
-        for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
-          const int32_t iy = oy * pool->stride_h - pool->pad_top + ky * pool->dilation_h;
-          if (iy < 0 || iy >= in_h) continue;
-          for (int32_t kx = 0; kx < pool->kernel_w; ++kx) {
-            const int32_t ix = ox * pool->stride_w - pool->pad_left + kx * pool->dilation_w;
-            if (ix < 0 || ix >= in_w) continue;
-            const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c;
-            for (int32_t ch = 0; ch < c; ++ch) out[ch] = pixel[ch] > out[ch] ? pixel[ch] : out[ch];
-          }
+    const int32_t y0 = oy * pool->stride_h - pool->pad_top, x0 = ox * pool->stride_w - pool->pad_left;
+    /* The maximum over the in-bounds taps only, from the lowest code (TFLite's rule): a window
+     * entirely in the padding (possible with dilation) gives -128. */
+    int8_t* out = output + index * c;
+    int32_t ch = 0;
+#if B8_USE_AVX2
+    /* 64 (AVX-512) / 32 (AVX2) channels at a time, the running maximum in a register over the
+     * taps; AVX-512 masks the last block, AVX2 leaves the rest to the loop below. */
+#if B8_USE_AVX512VNNI
+    for (; ch < c; ch += 64) {
+      const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
+      __m512i best = _mm512_set1_epi8(INT8_MIN);
+#else
+    for (; ch + 32 <= c; ch += 32) {
+      __m256i best = _mm256_set1_epi8(INT8_MIN);
+#endif
+      for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
+        const int32_t iy = y0 + ky * pool->dilation_h;
+        if (iy < 0 || iy >= in_h) continue;
+        for (int32_t kx = 0; kx < pool->kernel_w; ++kx) {
+          const int32_t ix = x0 + kx * pool->dilation_w;
+          if (ix < 0 || ix >= in_w) continue;
+          const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c + ch;
+#if B8_USE_AVX512VNNI
+          best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, pixel));
+#else
+          best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)pixel));
+#endif
         }
+      }
+#if B8_USE_AVX512VNNI
+      _mm512_mask_storeu_epi8(out + ch, mask, best);
+#else
+      _mm256_storeu_si256((__m256i*)(out + ch), best);
+#endif
+    }
+#endif
+    if (ch >= c) continue;
+    for (int32_t k = ch; k < c; ++k) out[k] = INT8_MIN;
+    for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
+      const int32_t iy = y0 + ky * pool->dilation_h;
+      if (iy < 0 || iy >= in_h) continue;
+      for (int32_t kx = 0; kx < pool->kernel_w; ++kx) {
+        const int32_t ix = x0 + kx * pool->dilation_w;
+        if (ix < 0 || ix >= in_w) continue;
+        const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c;
+        for (int32_t k = ch; k < c; ++k) out[k] = pixel[k] > out[k] ? pixel[k] : out[k];
       }
     }
   }
@@ -86,7 +117,41 @@ B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_
   if (plane < 1 || plane > (1 << 23)) return B8_ERROR_ARGUMENT; /* the int32 sum must not wrap */
   for (int32_t n = 0; n < input_dims->n; ++n) {
     const int8_t* image = input + (int64_t)n * plane * c;
-    for (int32_t ch = 0; ch < c; ++ch) {
+    int32_t ch = 0;
+#if B8_USE_AVX2
+    /* 32 channels at a time: their sums in int32 lanes, reading every pixel's channels in
+     * order (the scalar loop strides by c); then the per-channel output stage. */
+    for (; ch + 32 <= c; ch += 32) {
+      int32_t sums[32];
+#if B8_USE_AVX512VNNI
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      for (int32_t p = 0; p < plane; ++p) {
+        const int8_t* pixel = image + (int64_t)p * c + ch;
+        s0 = _mm512_add_epi32(s0, b8_load_s8x16(pixel));
+        s1 = _mm512_add_epi32(s1, b8_load_s8x16(pixel + 16));
+      }
+      _mm512_storeu_si512((void*)sums, s0);
+      _mm512_storeu_si512((void*)(sums + 16), s1);
+#else
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+      for (int32_t p = 0; p < plane; ++p) {
+        const int8_t* pixel = image + (int64_t)p * c + ch;
+        s0 = _mm256_add_epi32(s0, b8_load_s8x8(pixel));
+        s1 = _mm256_add_epi32(s1, b8_load_s8x8(pixel + 8));
+        s2 = _mm256_add_epi32(s2, b8_load_s8x8(pixel + 16));
+        s3 = _mm256_add_epi32(s3, b8_load_s8x8(pixel + 24));
+      }
+      _mm256_storeu_si256((__m256i*)sums, s0);
+      _mm256_storeu_si256((__m256i*)(sums + 8), s1);
+      _mm256_storeu_si256((__m256i*)(sums + 16), s2);
+      _mm256_storeu_si256((__m256i*)(sums + 24), s3);
+#endif
+      for (int32_t k = 0; k < 32; ++k)
+        output[(int64_t)n * c + ch + k] = b8_clamp_s8(
+            b8_rescale(sums[k] - plane * input_zero_point, multiplier, shift) + output_zero_point, -128, 127);
+    }
+#endif
+    for (; ch < c; ++ch) {
       int32_t sum = -plane * input_zero_point;
       for (int32_t p = 0; p < plane; ++p) sum += image[(int64_t)p * c + ch];
       output[(int64_t)n * c + ch] =

@@ -87,6 +87,22 @@ static void test_requantize_pow2(void) {
   EXPECT_EQ(b8_dense_s8(&pow2_quant, 20, 2, 2, a, b, bias, shift_only), B8_OK);
   EXPECT_EQ(b8_dense_s8(&mult_quant, 20, 2, 2, a, b, bias, multiplied), B8_OK);
   EXPECT_EQ(memcmp(shift_only, multiplied, 40), 0);
+
+  /* Concat (a NULL multiplier array: both inputs' factors are powers of two, one of them 1 with
+   * another zero point) and the mean. */
+  int8_t cat_pow2[80], cat_mult[80];
+  const int8_t* const parts[2] = {a, b};
+  const int32_t inner[2] = {20, 20}, cat_shift[2] = {-1, 0}, cat_shift_mult[2] = {0, 1}, zero_points[2] = {3, -2};
+  EXPECT_EQ(b8_concat_s8(2, parts, inner, NULL, cat_shift, zero_points, -2, 2, cat_pow2), B8_OK);
+  EXPECT_EQ(b8_concat_s8(2, parts, inner, ones, cat_shift_mult, zero_points, -2, 2, cat_mult), B8_OK);
+  EXPECT_EQ(memcmp(cat_pow2, cat_mult, 80), 0);
+  const b8_dims plane = {1, 2, 1, 40}; /* two pixels of 40 channels, a and b: 32 vector, 8 scalar */
+  int8_t image[80], mean_pow2[40], mean_mult[40];
+  memcpy(image, a, 40);
+  memcpy(image + 40, b, 40);
+  EXPECT_EQ(b8_global_avg_pool_s8(B8_SHIFT_ONLY, -1, 5, -7, &plane, image, mean_pow2), B8_OK);
+  EXPECT_EQ(b8_global_avg_pool_s8(1 << 30, 0, 5, -7, &plane, image, mean_mult), B8_OK);
+  EXPECT_EQ(memcmp(mean_pow2, mean_mult, 40), 0);
 }
 
 /* 3x3 input, one channel, 2x2 filter of ones, padding 1 on top/left, stride 2: each output is the

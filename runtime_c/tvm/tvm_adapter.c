@@ -63,19 +63,24 @@ B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups,
   return fresh;
 }
 
-/* The share of `total` output pixels for one task: whole 8-pixel tiles. */
-static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
-  const int32_t share = ((total + num_task - 1) / num_task + 7) / 8 * 8;
+/* The share of `total` output pixels for one task, in whole groups of `granule` pixels (the
+ * convolution's 8-pixel tiles; 1 for kernels without tiles, whose shares then differ by at most
+ * one pixel: 7x7 layers split 25 + 24 instead of 32 + 17). */
+static b8_pixels b8_task_share(int task_id, int num_task, int32_t total, int32_t granule) {
+  const int32_t groups = (total + granule - 1) / granule;
+  const int32_t base = groups / num_task, extra = groups % num_task;
+  const int32_t first = task_id * base + (task_id < extra ? task_id : extra);
+  const int32_t count = base + (task_id < extra);
   b8_pixels pixels;
-  pixels.begin = task_id * share;
-  pixels.end = (task_id + 1) * share < total ? (task_id + 1) * share : total;
+  pixels.begin = first * granule < total ? first * granule : total;
+  pixels.end = (first + count) * granule < total ? (first + count) * granule : total;
   return pixels;
 }
 
 static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_conv_job* job = (const b8_conv_job*)data;
   const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w, job->depthwise ? 1 : 8);
   if (pixels.begin >= pixels.end) return 0;
   if (job->depthwise)
     return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->filter_dims,
@@ -113,13 +118,45 @@ B8_API b8_status b8_model_add(const b8_add_job* job) {
 static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_max_pool_job* job = (const b8_max_pool_job*)data;
   const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w, 1);
   if (pixels.begin >= pixels.end) return 0;
   return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, out, job->output, &pixels) == B8_OK ? 0 : -1;
 }
 
 B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job) {
   return TVMBackendParallelLaunch(b8_max_pool_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+}
+
+/* A concatenation split over its rows: each task rescales whole rows of every input. */
+enum { B8_CONCAT_SPLIT_INPUTS = 32, B8_CONCAT_SPLIT_BYTES = 32 << 10 };
+
+static b8_status b8_concat_rows(const b8_concat_job* job, int32_t begin, int32_t end) {
+  const int8_t* parts[B8_CONCAT_SPLIT_INPUTS];
+  int64_t row = 0;
+  for (int32_t k = 0; k < job->num_inputs; ++k) {
+    parts[k] = job->inputs[k] + (int64_t)begin * job->inner[k];
+    row += job->inner[k];
+  }
+  return b8_concat_s8(job->num_inputs, parts, job->inner, job->multiplier, job->shift, job->zero_points,
+                      job->output_zero_point, end - begin, job->output + begin * row);
+}
+
+static int b8_concat_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  const b8_concat_job* job = (const b8_concat_job*)data;
+  b8_pixels rows = b8_task_share(task_id, env->num_task, job->outer, 1);
+  if (rows.begin >= rows.end) return 0;
+  return b8_concat_rows(job, rows.begin, rows.end) == B8_OK ? 0 : -1;
+}
+
+B8_API b8_status b8_model_concat(const b8_concat_job* job) {
+  int64_t bytes = 0;
+  for (int32_t k = 0; k < job->num_inputs; ++k) bytes += (int64_t)job->outer * job->inner[k];
+  /* Small ones (or with more inputs than a task's pointer array holds) run whole, here: waking
+   * the pool would cost more. */
+  if (bytes < B8_CONCAT_SPLIT_BYTES || job->num_inputs > B8_CONCAT_SPLIT_INPUTS || job->outer < 2)
+    return b8_concat_s8(job->num_inputs, job->inputs, job->inner, job->multiplier, job->shift, job->zero_points,
+                        job->output_zero_point, job->outer, job->output);
+  return TVMBackendParallelLaunch(b8_concat_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 /* The DLTensor behind an argument, which arrives as a raw DLTensor pointer or a Tensor object. */
@@ -174,8 +211,80 @@ static void* b8_checked_data(const b8_region* region, const TVMFFIAny* arg, int3
   return (char*)t->data + t->byte_offset;
 }
 
+#if defined(B8_PROFILE) && B8_PROFILE
+/* Opt-in per-call timing (benchmarks/profile_layers.py compiles a model with B8_PROFILE=1; other
+ * builds have none of this). Every kernel call of the generated code, and each region's entry,
+ * appends (name, nanoseconds) to one process-wide log that b8_profile_read hands out through
+ * ctypes; the script maps the calls back to the region's nodes by their order. Regions run one
+ * at a time on the calling thread, so the log needs no lock. */
+#include <time.h>
+enum { B8_PROFILE_CAPACITY = 1 << 16 };
+static const char* b8_profile_names[B8_PROFILE_CAPACITY];
+static int64_t b8_profile_ns[B8_PROFILE_CAPACITY];
+static int32_t b8_profile_count;
+static int64_t b8_profile_start; /* of the call in progress */
+static int b8_profile_status;
+
+static int64_t b8_profile_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int b8_profile_record(const char* name, int64_t start) {
+  const int64_t ns = b8_profile_now() - start;
+  if (b8_profile_count < B8_PROFILE_CAPACITY) {
+    b8_profile_names[b8_profile_count] = name;
+    b8_profile_ns[b8_profile_count++] = ns;
+  }
+  return 0;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Copies up to `capacity` records (the oldest first) and empties the log; returns how many. */
+__attribute__((visibility("default"))) int32_t b8_profile_read(const char** names, int64_t* ns, int32_t capacity) {
+  const int32_t count = b8_profile_count < capacity ? b8_profile_count : capacity;
+  for (int32_t i = 0; i < count; ++i) {
+    names[i] = b8_profile_names[i];
+    ns[i] = b8_profile_ns[i];
+  }
+  b8_profile_count = 0;
+  return count;
+}
+#ifdef __cplusplus
+}
+#endif
+
+/* One call timed; the comma operator orders the clock reads around it. The kernels are defined
+ * above, so these names only reach the generated models' code below. */
+#define B8_TIMED(name, call) \
+  (b8_profile_start = b8_profile_now(), b8_profile_status = (int)(call), \
+   b8_profile_record(name, b8_profile_start), (b8_status)b8_profile_status)
+#define b8_model_conv(...) B8_TIMED("conv", b8_model_conv(__VA_ARGS__))
+#define b8_model_add(...) B8_TIMED("add", b8_model_add(__VA_ARGS__))
+#define b8_model_max_pool(...) B8_TIMED("max_pool", b8_model_max_pool(__VA_ARGS__))
+#define b8_dense_s8(...) B8_TIMED("dense", b8_dense_s8(__VA_ARGS__))
+#define b8_dense_s8_double_requant(...) B8_TIMED("dense", b8_dense_s8_double_requant(__VA_ARGS__))
+#define b8_avg_pool2d_s8(...) B8_TIMED("avg_pool", b8_avg_pool2d_s8(__VA_ARGS__))
+#define b8_global_avg_pool_s8(...) B8_TIMED("global_avg_pool", b8_global_avg_pool_s8(__VA_ARGS__))
+#define b8_mul_s8(...) B8_TIMED("mul", b8_mul_s8(__VA_ARGS__))
+#define b8_lut_s8(...) B8_TIMED("lut", b8_lut_s8(__VA_ARGS__))
+#define b8_clip_s8(...) B8_TIMED("clip", b8_clip_s8(__VA_ARGS__))
+#define b8_model_concat(...) B8_TIMED("concat", b8_model_concat(__VA_ARGS__))
+#define b8_slice_s8(...) B8_TIMED("slice", b8_slice_s8(__VA_ARGS__))
+#define b8_pad_s8(...) B8_TIMED("pad", b8_pad_s8(__VA_ARGS__))
+#define b8_transpose_s8(...) B8_TIMED("transpose", b8_transpose_s8(__VA_ARGS__))
+#define b8_quantize_f32(...) B8_TIMED("quantize", b8_quantize_f32(__VA_ARGS__))
+#define b8_dequantize_f32(...) B8_TIMED("dequantize", b8_dequantize_f32(__VA_ARGS__))
+#endif /* B8_PROFILE */
+
 /* The body of every region's __tvm_ffi_<symbol>. */
 static int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
+#if defined(B8_PROFILE) && B8_PROFILE
+  const int64_t region_start = b8_profile_now();
+#endif
   char message[512];
   enum { B8_MAX_ARGS = 64 };
   void* tensors[B8_MAX_ARGS];
@@ -198,8 +307,15 @@ static int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t n
     return b8_fail(message);
   }
   int32_t where = 0;
+#if defined(B8_PROFILE) && B8_PROFILE
+  /* The region's name opens its calls; its total (checks and arena included) closes them. */
+  b8_profile_record(region->name, b8_profile_now());
+#endif
   const int status = region->run((const void* const*)tensors, tensors + region->num_inputs, arena, 0, &where);
   free(arena);
+#if defined(B8_PROFILE) && B8_PROFILE
+  b8_profile_record("region_total", region_start);
+#endif
   if (status != B8_MODEL_OK) {
     if (status == B8_MODEL_NONFINITE_INPUT)
       snprintf(message, sizeof message, "%s: input %d contains NaN or infinity", region->name, (int)where);

@@ -1,0 +1,205 @@
+"""Per-kernel-call profile of a compiled model: where the milliseconds of one image go.
+
+    PYTHONPATH=. python benchmarks/profile_layers.py [--models mobilenet_v2,squeezenet1_1]
+        [--threads 1,2] [--simd avx512vnni] [--blocks 5] [--runs 20] [--top 25] [--all]
+
+Each model (as benchmarks/bench_models.py builds it: torchvision, random weights, randomized
+batch-norm statistics, 16 standard-normal calibration inputs) is compiled with the kernels of
+this tree and B8_PROFILE=1, which makes runtime_c/tvm/tvm_adapter.c time every kernel call of
+the generated code (thread-pool launch included for the calls it splits) into a log read here
+through ctypes. Calls are matched to the regions' nodes by their order. The thread counts run
+interleaved (--blocks rounds of --runs images each), so that a slow phase of the shared machine
+hits them alike; every figure is the median over all runs.
+
+Printed per thread count: each call (or the --top slowest) with its op, shapes, ms, share of the
+model's time, GMAC/s (convolution and dense MACs), and a summary per op kind; the header
+compares the model's time with its regions' (the rest is the VM's: host ops, tensors) and with
+the timed calls' (the rest: argument checks, the arena, int8 copies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+def expected_calls(q) -> list[tuple[str, str, float]]:
+    """(kernel log name, description, MACs) for each timed call of one region, in order."""
+    g = q.graph
+    calls = []
+
+    def boundary(value, dtype, entering):
+        if dtype != "int8":
+            calls.append(("quantize" if entering else "dequantize", f"{'in' if entering else 'out'} {list(g.shapes[value])}", 0.0))
+        elif len(g.shapes[value]) == 4 and g.layout != "NHWC":
+            calls.append(("transpose", f"{'in' if entering else 'out'} {list(g.shapes[value])}", 0.0))
+
+    for i, v in enumerate(g.inputs):
+        boundary(v, g.input_dtype(i), True)
+    for index, qn in enumerate(q.nodes):
+        n, p, a = qn.node, qn.params, qn.node.attrs
+        shapes = " ".join(str(list(g.shapes[v])) for v in n.inputs) + f" -> {list(g.shapes[n.output])}"
+        out = math.prod(g.shapes[n.output])
+        name = {"conv2d": "conv", "dense": "dense", "max_pool2d": "max_pool", "avg_pool2d": "avg_pool",
+                "global_avg_pool2d": "global_avg_pool"}.get(qn.op, qn.op)
+        if qn.op == "conv2d":
+            w = p["weight"].shape
+            kind = "dwconv" if p["depthwise"] else "conv"
+            macs = out * w[1] * w[2] * (1 if p["depthwise"] else w[3])
+            desc = (f"{index:3d} {kind} {w[1]}x{w[2]} s{a['strides'][0]} g{a['groups']} {shapes}")
+            calls.append(("conv", desc, float(macs)))
+        elif qn.op == "dense":
+            calls.append(("dense", f"{index:3d} dense {shapes}", float(out * p["weight"].shape[1])))
+        elif qn.op in ("transpose", "reshape"):
+            steps = [p["transpose"]] if qn.op == "transpose" else [p["to_logical"], p["to_stored"]]
+            for step in steps:
+                if step is not None:
+                    calls.append(("transpose", f"{index:3d} {qn.op} {shapes}", 0.0))
+        else:
+            extra = f" {a['pool_size'][0]}x{a['pool_size'][1]} s{a['strides'][0]}" if "pool_size" in a else ""
+            calls.append((name, f"{index:3d} {qn.op}{extra} {shapes}", 0.0))
+    for i, v in enumerate(g.outputs):
+        boundary(v, g.output_dtype(i), False)
+    return calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="mobilenet_v2,squeezenet1_1")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--simd", default=None, help="kernel build (default: the fastest this CPU runs)")
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--top", type=int, default=25, help="calls listed per thread count (default 25)")
+    parser.add_argument("--all", action="store_true", help="list every call, in order")
+    args = parser.parse_args()
+    threads = sorted({int(t) for t in args.threads.split(",") if t})
+    os.environ["TVM_NUM_THREADS"] = str(max(threads))
+    all_cpus = set(os.sched_getaffinity(0))
+
+    sys.path.insert(0, str(HERE))
+    import torch
+    import tvm
+    from bench_models import make_model
+    from byoc_int8 import reference
+    from byoc_int8.codegen import emit_c
+    from byoc_int8.pipeline import compile_model
+
+    # Profiling is compiled in only here: the pasted kernels and adapter see B8_PROFILE=1.
+    emit_c.PASTED_KERNELS = emit_c.PASTED_KERNELS + "#define B8_PROFILE 1\n"
+    simd = args.simd or emit_c.default_simd()
+    configure = tvm.get_global_func("runtime.config_threadpool")
+
+    for model_name in [m for m in args.models.split(",") if m]:
+        model, shape = make_model(model_name)
+        x = np.random.default_rng(4321).standard_normal(shape, dtype=np.float32)
+        calib = np.random.default_rng(1234).standard_normal((16, *shape[1:]), dtype=np.float32)
+        compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd)
+        qgraphs = reference.quantized_regions(compiled.module)
+        lib = ctypes.CDLL(compiled.library_path)
+        lib.b8_profile_read.restype = ctypes.c_int32
+        capacity = 1 << 16
+        names = (ctypes.c_char_p * capacity)()
+        ns = (ctypes.c_int64 * capacity)()
+        main_fn, tensor = compiled.vm["main"], tvm.runtime.tensor(x)
+
+        def run() -> tuple[float, list[tuple[str, int]]]:
+            start = time.perf_counter_ns()
+            out = main_fn(tensor)
+            total = time.perf_counter_ns() - start
+            del out
+            count = lib.b8_profile_read(names, ns, capacity)
+            return total, [(names[i].decode(), ns[i]) for i in range(count)]
+
+        def prepare(n: int) -> None:
+            configure(1, n)
+            os.sched_setaffinity(0, all_cpus)
+
+        # One warm-up run per thread count (filters are packed on the first).
+        for n in threads:
+            prepare(n)
+            run()
+        totals: dict[int, list[float]] = defaultdict(list)
+        per_call: dict[int, list[list[int]]] = {}
+        layout = None
+        for block in range(args.blocks):
+            for n in threads[block % len(threads):] + threads[:block % len(threads)]:
+                prepare(n)
+                for _ in range(args.runs):
+                    total, records = run()
+                    if layout is None:
+                        layout = [name for name, _ in records]
+                    if [name for name, _ in records] != layout:
+                        raise SystemExit("the calls differ between runs")
+                    totals[n].append(total)
+                    per_call.setdefault(n, [[] for _ in records])
+                    for i, (_, t) in enumerate(records):
+                        per_call[n][i].append(t)
+
+        # Match the log with the regions: "<symbol>", its calls, "region_total".
+        rows = []  # (log index, kind, description, macs)
+        i = 0
+        while i < len(layout):
+            symbol = layout[i]
+            if symbol not in qgraphs:
+                raise SystemExit(f"unexpected record {symbol!r} at {i}")
+            calls = expected_calls(qgraphs[symbol])
+            got = layout[i + 1: i + 1 + len(calls)]
+            if got != [c[0] for c in calls] or layout[i + 1 + len(calls)] != "region_total":
+                raise SystemExit(f"region {symbol}: calls {got[:10]}... differ from the nodes' {[c[0] for c in calls][:10]}...")
+            for j, (kind, desc, macs) in enumerate(calls):
+                rows.append((i + 1 + j, kind, desc, macs))
+            rows.append((i + 1 + len(calls), "region_total", symbol, 0.0))
+            i += len(calls) + 2
+
+        total_macs = sum(r[3] for r in rows)
+        print(f"\n## {model_name}: byoc-int8 {simd}, {total_macs / 1e9:.3f} GMAC in convolutions and dense layers\n")
+        for n in threads:
+            med = {r[0]: statistics.median(per_call[n][r[0]]) / 1e6 for r in rows}
+            model_ms = statistics.median(totals[n]) / 1e6
+            kernel_rows = [r for r in rows if r[1] != "region_total"]
+            # Sums per run, then their median: a run slowed by the machine counts as one run
+            # (medians of the parts would not add up to the whole).
+            runs = range(len(totals[n]))
+            region_ms = statistics.median(sum(per_call[n][r[0]][k] for r in rows if r[1] == "region_total")
+                                          for k in runs) / 1e6
+            kernel_ms = statistics.median(sum(per_call[n][r[0]][k] for r in kernel_rows) for k in runs) / 1e6
+            print(f"### {n} thread{'s' * (n > 1)}: {model_ms:.3f} ms per image (median of {len(totals[n])}); "
+                  f"regions {region_ms:.3f} ms, timed kernel calls {kernel_ms:.3f} ms (medians of per-run sums; "
+                  f"the rows below are medians per call)\n")
+            by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+            for r in kernel_rows:
+                kind = r[2].split()[1] if r[1] == "conv" else r[1]
+                by_kind[kind][0] += med[r[0]]
+                by_kind[kind][1] += r[3]
+                by_kind[kind][2] += 1
+            print("| op | calls | ms | share | GMAC/s |")
+            print("|---|---:|---:|---:|---:|")
+            for kind, (ms, macs, count) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+                gmacs = f"{macs / ms / 1e6:.1f}" if macs else ""
+                print(f"| {kind} | {count} | {ms:.3f} | {100 * ms / model_ms:.1f}% | {gmacs} |")
+            print()
+            listed = kernel_rows if args.all else sorted(kernel_rows, key=lambda r: -med[r[0]])[:args.top]
+            print("| call | ms | share | GMAC/s |")
+            print("|---|---:|---:|---:|")
+            for r in listed:
+                ms = med[r[0]]
+                gmacs = f"{r[3] / ms / 1e6:.1f}" if r[3] else ""
+                print(f"| {r[2]} | {ms:.4f} | {100 * ms / model_ms:.1f}% | {gmacs} |")
+            print()
+        del main_fn, tensor, compiled
+
+
+if __name__ == "__main__":
+    main()
