@@ -95,8 +95,8 @@ ALL_CPUS: set[int] = set()
 
 
 def reset_affinity() -> None:
-    """TVM's pool pins the thread that starts (or reconfigures) it; threads created afterwards
-    (ONNX Runtime's, PyTorch's) inherit the calling thread's mask. Give it every allowed CPU."""
+    """Threads created afterwards (ONNX Runtime's, PyTorch's) inherit the calling thread's mask
+    (TVM's pool would pin it if TVM_BIND_THREADS allowed). Give it every allowed CPU."""
     os.sched_setaffinity(0, ALL_CPUS)
 
 
@@ -519,9 +519,9 @@ def main() -> None:
           f"byoc-int8 kernel build; ONNX Runtime / PyTorch int8 rows against the best int8 ISA here "
           f"({best_isa}), which their kernels dispatch to; '-' for float and the portable build.")
     print(f"- Threads: byoc-int8 through TVM's pool (TVM_NUM_THREADS={max(threads)} sizes it; "
-          "runtime.config_threadpool(1, n) before each block; its workers are pinned one per core by TVM, "
-          "the main thread gets the full mask back); ONNX Runtime intra_op_num_threads=n, inter_op 1, "
-          "sequential, session.intra_op/inter_op.allow_spinning=0; PyTorch torch.set_num_threads(n), "
+          "runtime.config_threadpool(1, n) before each block; TVM_BIND_THREADS="
+          f"{os.environ.get('TVM_BIND_THREADS', '1')}: 0, byoc_int8's default, leaves its workers unpinned); "
+          "ONNX Runtime intra_op_num_threads=n, inter_op 1, sequential, session.intra_op/inter_op.allow_spinning=0; PyTorch torch.set_num_threads(n), "
           "interop 1. n counts the calling thread in all three.")
     print(f"- Affinity: the calling thread's mask is reset to all {len(ALL_CPUS)} allowed CPUs before "
           "every session / pool configuration and every block; before each block the script waited until "

@@ -17,7 +17,7 @@ CORES = len(os.sched_getaffinity(0))
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "TVM_BIND_THREADS")}
     # Workers that find no task go to sleep at once instead of spinning, so a worker's CPU time
     # below is time spent on the library's tasks.
     env["TVM_THREAD_POOL_SPIN_COUNT"] = "0"
@@ -70,8 +70,13 @@ callback = LAMBDA(task)
 runtime = ctypes.CDLL(os.path.join(os.path.dirname(tvm.__file__), "lib", "libtvm_runtime.so"))
 assert runtime.TVMBackendParallelLaunch(callback, None, 0) == 0
 
+def allowed(tid):
+    status = open(f"/proc/self/task/{tid}/status").read()
+    return next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+
 print("RESULT " + json.dumps({
     "env": os.environ["TVM_NUM_THREADS"], "threads": report["threads"],
+    "masks": sorted({allowed(t) for t in workers} | {allowed(main)}), "bind": os.environ["TVM_BIND_THREADS"],
     "main_ticks": after[main] - before[main], "worker_ticks": [after[t] - before[t] for t in workers],
     "tasks": sorted(t for t, _, _ in seen), "num_task": sorted({n for _, n, _ in seen}),
     "task_threads": len({tid for _, _, tid in seen}),
@@ -94,15 +99,19 @@ def test_api_uses_every_core_by_default():
     # TVM's workers (the main thread runs task 0) each did a real share of the library's work:
     # clock ticks of 10 ms; an even split gives each about as much as the main thread.
     assert len(result["worker_ticks"]) == CORES - 1, result
+    # Not pinned (TVM_BIND_THREADS=0): TVM would pin each worker to a core and leave the calling
+    # thread free to share it. Workers and caller may all run on every allowed CPU.
+    assert result["bind"] == "0" and len(result["masks"]) == 1, result
     assert all(ticks >= max(3, result["main_ticks"] // 4) for ticks in result["worker_ticks"]), result
 
 
 def test_explicit_setting_wins():
-    script = "import os, tvm, byoc_int8; print('RESULT', os.environ['TVM_NUM_THREADS'], tvm.get_global_func('runtime.NumThreads')())"
-    proc = subprocess.run([sys.executable, "-c", script], env=_env() | {"TVM_NUM_THREADS": "1"},
+    script = ("import os, tvm, byoc_int8; print('RESULT', os.environ['TVM_NUM_THREADS'], "
+              "tvm.get_global_func('runtime.NumThreads')(), os.environ['TVM_BIND_THREADS'])")
+    proc = subprocess.run([sys.executable, "-c", script], env=_env() | {"TVM_NUM_THREADS": "1", "TVM_BIND_THREADS": "1"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.split("RESULT", 1)[1].split() == ["1", "1"]
+    assert proc.stdout.split("RESULT", 1)[1].split() == ["1", "1", "1"]
 
 
 def test_cli_reports_every_core_by_default():
