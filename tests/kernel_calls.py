@@ -32,6 +32,7 @@ ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
 TILES = {"avx2": (4, 16), "avx512vnni": (8, 32)}
 MAX_SEGMENTS = 16  # taller kernels are gathered, not read in place (B8_MAX_SEGMENTS)
+CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in chunks (B8_CHUNK_WEIGHT_BYTES)
 # Channels per block of the SIMD depthwise convolution (int32 lanes, B8_DW_LANES) and the most
 # taps it takes (B8_DW_MAX_TAPS; larger kernels, like other channel multipliers, run portable).
 DEPTHWISE_LANES = {"avx2": 8, "avx512vnni": 16}
@@ -157,7 +158,8 @@ def _covered(case: dict, total: int) -> np.ndarray:
 def conv2d_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a kernel
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
-    tiles (whole or partial), patch rows read in place or gathered, signed or unsigned inputs and
+    tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), or their
+    rows read in place or gathered, signed or unsigned inputs and
     the epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for
     VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
@@ -174,13 +176,20 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
-    in_place = dw == 1 and kh <= MAX_SEGMENTS
+    packed = -(-cout // tile_channels) * tile_channels * kh * row
+    per_tap = cin % 4 == 0 and kh * kw <= MAX_SEGMENTS and packed > CHUNK_WEIGHT_BYTES
+    in_place = not per_tap and dw == 1 and kh <= MAX_SEGMENTS
     tiles = 0
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
         for first in range(begin, end, tile_pixels):
             tiles += 1
             paths.add("whole pixel tile" if end - first >= tile_pixels else "partial pixel tile")
+        if per_tap:
+            # Every tap read in place (the pad value's bytes outside the input), tiles in chunks.
+            paths |= {"per tap"} if end > begin else set()
+            paths |= {"several tiles per chunk"} if end - begin > tile_pixels else set()
+            continue
         pixel = np.arange(begin, max(begin, end))
         ix0 = pixel % ow * sw - left
         inside = in_place & (ix0 >= 0) & (ix0 + kw <= w)

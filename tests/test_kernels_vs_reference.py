@@ -114,7 +114,7 @@ def test_conv2d(kernels, seed, kind):
 # chooses them).
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered",
               "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
-              "several channel tiles", "epilogue x8", "epilogue scalar"}
+              "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
@@ -127,6 +127,8 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         assert kernel_calls.conv2d_paths(random_conv_case(np.random.default_rng(seed), "grouped"), variant) == {"portable"}
     for seed in EPILOGUE_SEEDS:
         reached |= kernel_calls.conv2d_paths(epilogue_case(seed), variant)
+    for seed in PER_TAP_SEEDS:
+        reached |= kernel_calls.conv2d_paths(per_tap_case(seed), variant)
     fused = {"epilogue fused x16", "epilogue fused clamped"}
     vnni = {"narrow channel tile", "epilogue fused x32"}
     expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else set())
@@ -538,3 +540,40 @@ def _c_round(v: float) -> int:
     f = Fraction(v)
     magnitude = int(abs(f) + Fraction(1, 2))
     return magnitude if f >= 0 else -magnitude
+
+
+PER_TAP_SEEDS = range(6)
+
+
+def per_tap_case(seed):
+    """Filters over the size (B8_CHUNK_WEIGHT_BYTES) above which the SIMD paths read every tap in
+    place and run each channel block over chunks of tiles, fetching the next block's weights
+    ahead: 3x3 on 64 or 128 channels or 1x1 on 512, out to 496 (a last VNNI block of 16), 512 or
+    520 (of 8) channels; padded, strided or dilated windows; up to 2 x 9 x 9 output pixels (several
+    chunks), split at any pixel into two shares."""
+    rng = np.random.default_rng(1000 + seed)
+    one_by_one = seed % 3 == 2
+    cin, kernel = (512, 1) if one_by_one else (int(rng.choice([64, 128])), 3)
+    cout = [496, 512, 520][seed % 3]
+    n, h, w = int(rng.integers(1, 3)), int(rng.integers(3, 10)), int(rng.integers(3, 10))
+    stride, dilation = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    pad = 0 if one_by_one else dilation
+    oh, ow = out_size(h, pad, pad, kernel, stride, dilation), out_size(w, pad, pad, kernel, stride, dilation)
+    nonnegative = seed % 2 == 0
+    multiplier, shift = random_requant(rng, cout, kernel * kernel * cin)
+    shift = np.minimum(shift, 0)  # the vector epilogues
+    z_out = random_zero_point(rng, output=True)
+    split = int(rng.integers(0, n * oh * ow + 1))
+    return {"x": rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8),
+            "weight": rng.integers(-127, 128, (cout, kernel, kernel, cin), dtype=np.int8),
+            "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32), "multiplier": multiplier, "shift": shift,
+            "groups": 1, "strides": (stride, stride), "padding": (pad, pad), "dilation": (dilation, dilation),
+            "out_hw": (oh, ow), "pad_value": 0 if nonnegative else random_zero_point(rng), "output_zero_point": z_out,
+            "act": random_act(rng, z_out), "nonnegative": nonnegative, "pixels": [(0, split), (split, n * oh * ow)],
+            "fill": 0}
+
+
+@pytest.mark.parametrize("seed", PER_TAP_SEEDS)
+def test_conv2d_per_tap(kernels, seed):
+    expected = assert_matches(kernels, "conv2d", per_tap_case(seed))
+    assert len(np.unique(expected)) > 3

@@ -19,6 +19,10 @@
  * channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in the tile's
  * registers and pack several pixels to bytes at once, since with short patches (1x1 convolutions
  * on few channels, 3-channel stems) the requantization costs as much as the multiplications.
+ * Large filters (deep layers: a 3x3 on 512 channels has 2.4 MB) are read per tap in place, and
+ * each channel block runs over a chunk of tiles while prefetching the next block, so that the
+ * weights come from memory once per chunk, ahead of their use; a share's last tile has code for
+ * its own pixel count.
  */
 #include <string.h>
 
@@ -116,7 +120,9 @@ enum { B8_TILE_PIXELS = 8, B8_TILE_CHANNELS = 32 };
 #else
 enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 #endif
-enum { B8_MAX_SEGMENTS = 16 }; /* kernel rows read in place; taller kernels gather */
+/* Kernel rows or taps read in place (taller kernels gather); tiles located at once; the weight
+ * bytes above which channel blocks run over chunks of tiles. */
+enum { B8_MAX_SEGMENTS = 16, B8_CHUNK_TILES = 8, B8_CHUNK_WEIGHT_BYTES = 256 * 1024 };
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -177,50 +183,71 @@ B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha,
  * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
  * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
  * them in acc. */
-static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                    const int8_t* w, int nonnegative, const int32_t* bias,
-                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
-                    int8_t* out, int32_t stride, int32_t count) {
+B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                            const int8_t* w, int nonnegative, const int32_t* bias,
+                            int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                            int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch, const int pixels) {
   const __m512i offset = _mm512_set1_epi8((char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
   __m512i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
   __m512i a40 = b0, a41 = b1, a50 = b0, a51 = b1, a60 = b0, a61 = b1, a70 = b0, a71 = b1;
-#define B8_STEP(pixel, acc0, acc1)                                                   \
-  do {                                                                               \
-    int32_t quad;                                                                    \
-    memcpy(&quad, (pixel) + k, 4);                                                  \
-    __m512i x = _mm512_set1_epi32(quad);                                             \
-    if (!nonnegative) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */   \
-    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                         \
-    acc1 = _mm512_dpbusd_epi32(acc1, x, w1);                                         \
+  /* Two steps per iteration, and a loop of its own for signed inputs: the loop's bookkeeping
+   * and its test of the sign would otherwise take issue slots the multiplications need. */
+#define B8_STEP(pixel, acc0, acc1, kk, signed_input)                               \
+  do {                                                                             \
+    int32_t quad;                                                                  \
+    memcpy(&quad, (pixel) + (kk), 4);                                              \
+    __m512i x = _mm512_set1_epi32(quad);                                           \
+    if (signed_input) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */ \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                       \
+    acc1 = _mm512_dpbusd_epi32(acc1, x, w1);                                       \
   } while (0)
-  for (int32_t s = 0; s < segments; ++s) {
-    const int8_t* const* px = segment[s];
-    for (int32_t k = 0; k < run; k += 4, w += 128) {
-      const __m512i w0 = _mm512_loadu_si512((const void*)w);
-      const __m512i w1 = _mm512_loadu_si512((const void*)(w + 64));
-      B8_STEP(px[0], a00, a01);
-      B8_STEP(px[1], a10, a11);
-      B8_STEP(px[2], a20, a21);
-      B8_STEP(px[3], a30, a31);
-      B8_STEP(px[4], a40, a41);
-      B8_STEP(px[5], a50, a51);
-      B8_STEP(px[6], a60, a61);
-      B8_STEP(px[7], a70, a71);
-    }
+#define B8_STEPS(kk, wk, signed_input)                                      \
+  do {                                                                      \
+    const __m512i w0 = _mm512_loadu_si512((const void*)(wk));               \
+    const __m512i w1 = _mm512_loadu_si512((const void*)((wk) + 64));        \
+    B8_STEP(px[0], a00, a01, kk, signed_input);                             \
+    if (pixels > 1) B8_STEP(px[1], a10, a11, kk, signed_input);             \
+    if (pixels > 2) B8_STEP(px[2], a20, a21, kk, signed_input);             \
+    if (pixels > 3) B8_STEP(px[3], a30, a31, kk, signed_input);             \
+    if (pixels > 4) B8_STEP(px[4], a40, a41, kk, signed_input);             \
+    if (pixels > 5) B8_STEP(px[5], a50, a51, kk, signed_input);             \
+    if (pixels > 6) B8_STEP(px[6], a60, a61, kk, signed_input);             \
+    if (pixels > 7) B8_STEP(px[7], a70, a71, kk, signed_input);             \
+  } while (0)
+#define B8_LOOP(signed_input)                                                           \
+  for (int32_t s = 0; s < segments; ++s) {                                              \
+    const int8_t* const* px = segment[s];                                               \
+    int32_t k = 0;                                                                      \
+    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {                            \
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);                                 \
+      B8_STEPS(k, w, signed_input);                                                     \
+      B8_STEPS(k + 4, w + 128, signed_input);                                           \
+    }                                                                                   \
+    if (k < run) {                                                                      \
+      B8_STEPS(k, w, signed_input);                                                     \
+      w += 128;                                                                         \
+    }                                                                                   \
   }
+  if (nonnegative) {
+    B8_LOOP(0)
+  } else {
+    B8_LOOP(1)
+  }
+#undef B8_LOOP
+#undef B8_STEPS
 #undef B8_STEP
   if (e) { /* two pixels per 64 bytes: 32 bytes each */
-    const __m512i r0 = b8_block_finish(e, a00, 0, a01, 1, a10, 0, a11, 1);
-    const __m512i r1 = b8_block_finish(e, a20, 0, a21, 1, a30, 0, a31, 1);
-    const __m512i r2 = b8_block_finish(e, a40, 0, a41, 1, a50, 0, a51, 1);
-    const __m512i r3 = b8_block_finish(e, a60, 0, a61, 1, a70, 0, a71, 1);
 #define B8_PUT(pixel, r)                                                                              \
   if (count > (pixel)) {                                                                              \
     _mm256_storeu_si256((__m256i*)(out + (int64_t)(pixel) * stride), _mm512_castsi512_si256(r));       \
     if (count > (pixel) + 1)                                                                          \
       _mm256_storeu_si256((__m256i*)(out + (int64_t)((pixel) + 1) * stride), _mm512_extracti64x4_epi64(r, 1)); \
   }
+    const __m512i r0 = b8_block_finish(e, a00, 0, a01, 1, a10, 0, a11, 1);
+    const __m512i r1 = pixels > 2 ? b8_block_finish(e, a20, 0, a21, 1, a30, 0, a31, 1) : r0;
+    const __m512i r2 = pixels > 4 ? b8_block_finish(e, a40, 0, a41, 1, a50, 0, a51, 1) : r0;
+    const __m512i r3 = pixels > 6 ? b8_block_finish(e, a60, 0, a61, 1, a70, 0, a71, 1) : r0;
     B8_PUT(0, r0);
     B8_PUT(2, r1);
     B8_PUT(4, r2);
@@ -245,39 +272,59 @@ static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, 
 /* b8_tile for a block of at most 16 real channels (the narrow last block of e.g. 16 or 48
  * output channels): only the first vector of each step, half the work. With `e` (exactly 16
  * channels), four pixels per 64 bytes of output. */
-static void b8_tile_narrow(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                           const int8_t* w, int nonnegative, const int32_t* bias,
-                           int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
-                           int8_t* out, int32_t stride, int32_t count) {
+B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                                   const int8_t* w, int nonnegative, const int32_t* bias,
+                                   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                                   int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch,
+                                   const int pixels) {
   const __m512i offset = _mm512_set1_epi8((char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias);
   __m512i a0 = b0, a1 = b0, a2 = b0, a3 = b0, a4 = b0, a5 = b0, a6 = b0, a7 = b0;
-#define B8_STEP(pixel, acc0)                                                         \
-  do {                                                                               \
-    int32_t quad;                                                                    \
-    memcpy(&quad, (pixel) + k, 4);                                                  \
-    __m512i x = _mm512_set1_epi32(quad);                                             \
-    if (!nonnegative) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */   \
-    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                         \
+#define B8_STEP(pixel, acc0, kk, signed_input)                                     \
+  do {                                                                             \
+    int32_t quad;                                                                  \
+    memcpy(&quad, (pixel) + (kk), 4);                                              \
+    __m512i x = _mm512_set1_epi32(quad);                                           \
+    if (signed_input) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */ \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                       \
   } while (0)
-  for (int32_t s = 0; s < segments; ++s) {
-    const int8_t* const* px = segment[s];
-    for (int32_t k = 0; k < run; k += 4, w += 128) {
-      const __m512i w0 = _mm512_loadu_si512((const void*)w);
-      B8_STEP(px[0], a0);
-      B8_STEP(px[1], a1);
-      B8_STEP(px[2], a2);
-      B8_STEP(px[3], a3);
-      B8_STEP(px[4], a4);
-      B8_STEP(px[5], a5);
-      B8_STEP(px[6], a6);
-      B8_STEP(px[7], a7);
-    }
+#define B8_STEPS(kk, wk, signed_input)                          \
+  do {                                                          \
+    const __m512i w0 = _mm512_loadu_si512((const void*)(wk));   \
+    B8_STEP(px[0], a0, kk, signed_input);                       \
+    if (pixels > 1) B8_STEP(px[1], a1, kk, signed_input);       \
+    if (pixels > 2) B8_STEP(px[2], a2, kk, signed_input);       \
+    if (pixels > 3) B8_STEP(px[3], a3, kk, signed_input);       \
+    if (pixels > 4) B8_STEP(px[4], a4, kk, signed_input);       \
+    if (pixels > 5) B8_STEP(px[5], a5, kk, signed_input);       \
+    if (pixels > 6) B8_STEP(px[6], a6, kk, signed_input);       \
+    if (pixels > 7) B8_STEP(px[7], a7, kk, signed_input);       \
+  } while (0)
+#define B8_LOOP(signed_input)                                   \
+  for (int32_t s = 0; s < segments; ++s) {                      \
+    const int8_t* const* px = segment[s];                       \
+    int32_t k = 0;                                              \
+    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {    \
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);         \
+      B8_STEPS(k, w, signed_input);                             \
+      B8_STEPS(k + 4, w + 128, signed_input);                   \
+    }                                                           \
+    if (k < run) {                                              \
+      B8_STEPS(k, w, signed_input);                             \
+      w += 128;                                                 \
+    }                                                           \
   }
+  if (nonnegative) {
+    B8_LOOP(0)
+  } else {
+    B8_LOOP(1)
+  }
+#undef B8_LOOP
+#undef B8_STEPS
 #undef B8_STEP
   if (e) {
     const __m512i r0 = b8_block_finish(e, a0, 0, a1, 0, a2, 0, a3, 0);
-    const __m512i r1 = b8_block_finish(e, a4, 0, a5, 0, a6, 0, a7, 0);
+    const __m512i r1 = pixels > 4 ? b8_block_finish(e, a4, 0, a5, 0, a6, 0, a7, 0) : r0;
 #define B8_PUT(pixel, r, lane) \
   if (count > (pixel)) _mm_storeu_si128((__m128i*)(out + (int64_t)(pixel) * stride), _mm512_extracti32x4_epi32(r, lane))
     B8_PUT(0, r0, 0);
@@ -300,6 +347,39 @@ static void b8_tile_narrow(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t seg
   _mm512_storeu_si512((void*)acc[6], a6);
   _mm512_storeu_si512((void*)acc[7], a7);
 }
+
+/* The tiles for `count` (1-8) pixels: full tiles, and a range's last few pixels (the one left
+ * over of a 7x7 output's 49) in code of their own count, which then costs its share of a tile,
+ * not a whole one. */
+#define B8_TILE_PARAMS                                                                               \
+  const int8_t *(*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t *w,         \
+      int nonnegative, const int32_t *bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],          \
+      const b8_block_epilogue *e, int8_t *out, int32_t stride, int32_t count, const int8_t *prefetch
+#define B8_TILE_PASS segment, segments, run, w, nonnegative, bias, acc, e, out, stride, count, prefetch
+#define B8_TILE_ARGS(pixels) B8_TILE_PASS, pixels
+#define B8_TILE_DISPATCH(name, body)                                                                 \
+  static void name##_full(B8_TILE_PARAMS) { body(B8_TILE_ARGS(8)); }                                \
+  static __attribute__((noinline)) void name##_part(B8_TILE_PARAMS) {                               \
+    switch (count) {                                                                                 \
+      case 1: body(B8_TILE_ARGS(1)); break;                                                          \
+      case 2: body(B8_TILE_ARGS(2)); break;                                                          \
+      case 3: body(B8_TILE_ARGS(3)); break;                                                          \
+      case 4: body(B8_TILE_ARGS(4)); break;                                                          \
+      case 5: body(B8_TILE_ARGS(5)); break;                                                          \
+      case 6: body(B8_TILE_ARGS(6)); break;                                                          \
+      default: body(B8_TILE_ARGS(7)); break;                                                         \
+    }                                                                                                \
+  }                                                                                                  \
+  B8_INLINE void name(B8_TILE_PARAMS) {                                                                  \
+    if (count == B8_TILE_PIXELS) name##_full(B8_TILE_PASS);                                       \
+    else name##_part(B8_TILE_PASS);                                                               \
+  }
+B8_TILE_DISPATCH(b8_tile, b8_tile_body)
+B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body)
+#undef B8_TILE_DISPATCH
+#undef B8_TILE_ARGS
+#undef B8_TILE_PASS
+#undef B8_TILE_PARAMS
 #else
 /* The requantization of one block of 16 channels, loaded once per tile: the one place where the
  * AVX2 tile reads quant->multiplier and quant->shift. */
@@ -342,8 +422,9 @@ B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256
 static void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
                     const int8_t* w, int nonnegative, const int32_t* bias,
                     int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
-                    int8_t* out, int32_t stride, int32_t count) {
+                    int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch) {
   const __m256i ones = _mm256_set1_epi16(1);
+  (void)prefetch;
   __m256i a00 = _mm256_loadu_si256((const __m256i*)bias), a01 = _mm256_loadu_si256((const __m256i*)(bias + 8));
   __m256i a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01;
 #define B8_STEP(pixel, acc0, acc1)                                                        \
@@ -408,15 +489,27 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
   memset(scratch + B8_TILE_PIXELS * depth, conv->pad_value, (size_t)depth);
   const int8_t* padding = scratch + B8_TILE_PIXELS * depth;
-  /* Without dilation, each kernel row of a pixel whose window lies inside the input horizontally
-   * is one contiguous run of k_w * c input bytes: the tile reads those in place (row_len bytes,
-   * past the run's end too, where the weights are zero) instead of a copied patch, unless that
-   * read would pass the end of the input. */
+  /* Where a tile reads its pixels' patches: `segments` runs of `seg_len` bytes per pixel, in place
+   * in the input where possible:
+   *  - per tap (channels a multiple of 4, few taps, weights of more than B8_CHUNK_WEIGHT_BYTES):
+   *    one run of c bytes per kernel tap, the pad value's bytes for taps outside the input, so
+   *    nothing is ever copied;
+   *  - else per kernel row (no dilation): a row's k_w x c input bytes, read as row_len bytes (past
+   *    the run's end, where the weights are zero) for windows inside the input horizontally unless
+   *    that read would pass the end of the input;
+   *  - else a patch gathered into scratch.
+   * Tiles located per tap come in chunks of B8_CHUNK_TILES, and each channel block runs over a
+   * whole chunk: its weights are then read from memory once per chunk rather than once per tile
+   * (a 3x3 convolution on 512 channels has 2.4 MB of them, more than a core's L2 cache). */
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
   const int8_t* input_end = input + (int64_t)input_dims->n * image_size;
-  const int in_place = conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
-  const int32_t segments = in_place ? k_h : 1, seg_len = in_place ? row_len : depth;
-  const int8_t* segment[B8_MAX_SEGMENTS][B8_TILE_PIXELS];
+  const int per_tap = in_c % 4 == 0 && k_h * k_w <= B8_MAX_SEGMENTS &&
+                      (int64_t)b8_round_up(out_c, B8_TILE_CHANNELS) * depth > B8_CHUNK_WEIGHT_BYTES;
+  const int per_row = !per_tap && conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
+  const int32_t segments = per_tap ? k_h * k_w : per_row ? k_h : 1;
+  const int32_t seg_len = per_tap ? in_c : per_row ? row_len : depth;
+  const int32_t chunk_tiles = per_tap ? B8_CHUNK_TILES : 1;
+  const int8_t* segment[B8_CHUNK_TILES][B8_MAX_SEGMENTS][B8_TILE_PIXELS];
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (VNNI with signed inputs: less the offset correction, -128 x the weight sum). */
   const int32_t padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
@@ -435,67 +528,88 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
-   * waste part of every tile). */
-  /* The coordinates of the next pixel, stepped along instead of divided out per pixel (the
-   * divisions cost as much as the arithmetic of a small-patch tile). */
+   * waste part of every tile). The coordinates of the next pixel are stepped along instead of
+   * divided out per pixel (the divisions cost as much as the arithmetic of a small-patch tile). */
   int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
   const int8_t* image = input + begin / out_w / out_h * image_size;
-  for (int64_t first = begin; first < end; first += B8_TILE_PIXELS) {
-    const int32_t count = end - first < B8_TILE_PIXELS ? (int32_t)(end - first) : B8_TILE_PIXELS;
-    for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
-      if (p >= count) { /* past the last pixel: any readable bytes do */
-        for (int32_t s = 0; s < segments; ++s) segment[s][p] = padding;
-        continue;
-      }
-      const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
-      int inside = in_place && ix0 >= 0 && ix0 + k_w <= in_w;
-      if (inside) {
-        for (int32_t ky = 0; ky < k_h; ++ky) {
-          const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-          const int8_t* at = image + ((int64_t)iy * in_w + ix0) * in_c;
-          segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding : at;
-          if (segment[ky][p] == at && row_len > input_end - at) inside = 0; /* the last pixels */
+  for (int64_t chunk = begin; chunk < end; chunk += (int64_t)chunk_tiles * B8_TILE_PIXELS) {
+    const int64_t chunk_end = end - chunk < (int64_t)chunk_tiles * B8_TILE_PIXELS
+                                  ? end : chunk + (int64_t)chunk_tiles * B8_TILE_PIXELS;
+    const int32_t tiles = (int32_t)((chunk_end - chunk + B8_TILE_PIXELS - 1) / B8_TILE_PIXELS);
+    for (int32_t t = 0; t < tiles; ++t) {
+      const int8_t* (*tile_segment)[B8_TILE_PIXELS] = segment[t];
+      for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
+        if (chunk + t * B8_TILE_PIXELS + p >= chunk_end) { /* past the last pixel: any readable bytes do */
+          for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = padding;
+          continue;
         }
-      }
-      if (!inside) {
-        int8_t* patch = scratch + p * depth;
-        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
-        for (int32_t s = 0; s < segments; ++s) segment[s][p] = patch + s * seg_len;
-      }
-      if (++ox == out_w) {
-        ox = 0;
-        if (++oy == out_h) {
-          oy = 0;
-          image += image_size;
+        const int32_t ix0 = ox * conv->stride_w - conv->pad_left;
+        if (per_tap) {
+          for (int32_t ky = 0; ky < k_h; ++ky) {
+            const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
+            const int8_t* line = image + (int64_t)iy * in_w * in_c;
+            for (int32_t kx = 0; kx < k_w; ++kx) {
+              const int32_t ix = ix0 + kx * conv->dilation_w;
+              const int outside = iy < 0 || iy >= input_dims->h || ix < 0 || ix >= in_w;
+              tile_segment[ky * k_w + kx][p] = outside ? padding : line + (int64_t)ix * in_c;
+            }
+          }
+        } else {
+          int inside = per_row && ix0 >= 0 && ix0 + k_w <= in_w;
+          if (inside) {
+            for (int32_t ky = 0; ky < k_h; ++ky) {
+              const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
+              const int8_t* at = image + ((int64_t)iy * in_w + ix0) * in_c;
+              tile_segment[ky][p] = iy < 0 || iy >= input_dims->h ? padding : at;
+              if (tile_segment[ky][p] == at && row_len > input_end - at) inside = 0; /* the last pixels */
+            }
+          }
+          if (!inside) { /* chunks of one tile: the scratch holds one tile's patches */
+            int8_t* patch = scratch + p * depth;
+            b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
+            for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = patch + s * seg_len;
+          }
+        }
+        if (++ox == out_w) {
+          ox = 0;
+          if (++oy == out_h) {
+            oy = 0;
+            image += image_size;
+          }
         }
       }
     }
-    {
-      int8_t* out = output + first * out_c;
-      for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
-        const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
-        const int8_t* w = packed + (int64_t)oc0 * depth;
+    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
+      const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+      const int8_t* w = packed + (int64_t)oc0 * depth;
 #if B8_USE_AVX512VNNI
-        /* Whole blocks of 32 (or a last block of exactly 16) channels requantize in registers. */
-        const int fused = vector_epilogue && (channels == 32 || channels == 16);
-        b8_block_epilogue e;
-        if (fused) b8_block_epilogue_load(quant, oc0, channels, &e);
-        if (channels <= 16)
-          b8_tile_narrow(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
-                         out + oc0, out_c, count);
-        else
-          b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL, out + oc0,
-                  out_c, count);
-        if (fused) continue;
+      /* Whole blocks of 32 (or a last block of exactly 16) channels requantize in registers. */
+      const int fused = vector_epilogue && (channels == 32 || channels == 16);
+      b8_block_epilogue e;
+      if (fused) b8_block_epilogue_load(quant, oc0, channels, &e);
 #else
-        /* Whole blocks of 16 channels requantize in registers. */
-        const int fused = vector_epilogue && channels == 16;
-        b8_block_epilogue e;
-        if (fused) b8_block_epilogue_load(quant, oc0, &e);
-        b8_tile(segment, segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL, out + oc0,
-                out_c, count);
-        if (fused) continue;
+      /* Whole blocks of 16 channels requantize in registers. */
+      const int fused = vector_epilogue && channels == 16;
+      b8_block_epilogue e;
+      if (fused) b8_block_epilogue_load(quant, oc0, &e);
 #endif
+      for (int32_t t = 0; t < tiles; ++t) {
+        const int64_t first = chunk + t * B8_TILE_PIXELS;
+        const int32_t count = chunk_end - first < B8_TILE_PIXELS ? (int32_t)(chunk_end - first) : B8_TILE_PIXELS;
+        int8_t* out = output + first * out_c;
+        /* In chunks, the first tiles also fetch the next block's weights into L2 (a tile reads one
+         * line of them per four lines of its own), so that they do not come from memory at the
+         * pace of the multiplications. */
+        const int8_t* prefetch = per_tap ? w + (int64_t)(4 + t) * B8_TILE_CHANNELS * depth / 4 : w;
+#if B8_USE_AVX512VNNI
+        if (channels <= 16)
+          b8_tile_narrow(segment[t], segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
+                         out + oc0, out_c, count, prefetch);
+        else
+#endif
+          b8_tile(segment[t], segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
+                  out + oc0, out_c, count, prefetch);
+        if (fused) continue;
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
             const int32_t oc = oc0 + half;

@@ -63,24 +63,21 @@ B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups,
   return fresh;
 }
 
-/* The share of `total` output pixels for one task, in whole groups of `granule` pixels (the
- * convolution's 8-pixel tiles; 1 for kernels without tiles, whose shares then differ by at most
- * one pixel: 7x7 layers split 25 + 24 instead of 32 + 17). */
-static b8_pixels b8_task_share(int task_id, int num_task, int32_t total, int32_t granule) {
-  const int32_t groups = (total + granule - 1) / granule;
-  const int32_t base = groups / num_task, extra = groups % num_task;
-  const int32_t first = task_id * base + (task_id < extra ? task_id : extra);
-  const int32_t count = base + (task_id < extra);
+/* The share of `total` output pixels (or rows) for one task: shares differ by at most one. The
+ * kernels take any share (the convolution's last tile of a share computes only its own pixels):
+ * a 7x7 output splits 25 + 24, where whole 8-pixel tiles made 32 + 17. */
+static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
+  const int32_t base = total / num_task, extra = total % num_task;
   b8_pixels pixels;
-  pixels.begin = first * granule < total ? first * granule : total;
-  pixels.end = (first + count) * granule < total ? (first + count) * granule : total;
+  pixels.begin = task_id * base + (task_id < extra ? task_id : extra);
+  pixels.end = pixels.begin + base + (task_id < extra);
   return pixels;
 }
 
 static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_conv_job* job = (const b8_conv_job*)data;
   const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w, job->depthwise ? 1 : 8);
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
   if (pixels.begin >= pixels.end) return 0;
   if (job->depthwise)
     return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->filter_dims,
@@ -118,7 +115,7 @@ B8_API b8_status b8_model_add(const b8_add_job* job) {
 static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_max_pool_job* job = (const b8_max_pool_job*)data;
   const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w, 1);
+  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
   if (pixels.begin >= pixels.end) return 0;
   return b8_max_pool2d_s8(job->pool, job->input_dims, job->input, out, job->output, &pixels) == B8_OK ? 0 : -1;
 }
@@ -143,7 +140,7 @@ static b8_status b8_concat_rows(const b8_concat_job* job, int32_t begin, int32_t
 
 static int b8_concat_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_concat_job* job = (const b8_concat_job*)data;
-  b8_pixels rows = b8_task_share(task_id, env->num_task, job->outer, 1);
+  b8_pixels rows = b8_task_share(task_id, env->num_task, job->outer);
   if (rows.begin >= rows.end) return 0;
   return b8_concat_rows(job, rows.begin, rows.end) == B8_OK ? 0 : -1;
 }
