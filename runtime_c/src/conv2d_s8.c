@@ -509,6 +509,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int32_t segments = per_tap ? k_h * k_w : per_row ? k_h : 1;
   const int32_t seg_len = per_tap ? in_c : per_row ? row_len : depth;
   const int32_t chunk_tiles = per_tap ? B8_CHUNK_TILES : 1;
+  const int32_t last_row_offset = (k_h - 1) * conv->dilation_h; /* of a window's last row, in input rows */
+  const int64_t row_stride = (int64_t)conv->dilation_h * in_w * in_c;
   const int8_t* segment[B8_CHUNK_TILES][B8_MAX_SEGMENTS][B8_TILE_PIXELS];
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (VNNI with signed inputs: less the offset correction, -128 x the weight sum). */
@@ -556,7 +558,13 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           }
         } else {
           int inside = per_row && ix0 >= 0 && ix0 + k_w <= in_w;
-          if (inside) {
+          const int32_t iy0 = oy * conv->stride_h - conv->pad_top;
+          const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
+          if (inside && iy0 >= 0 && iy0 + last_row_offset < input_dims->h &&
+              row_len <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c)) {
+            /* Every row inside the input (most pixels): rows a fixed stride apart. */
+            for (int32_t ky = 0; ky < k_h; ++ky) tile_segment[ky][p] = first_row + ky * row_stride;
+          } else if (inside) {
             for (int32_t ky = 0; ky < k_h; ++ky) {
               const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
               const int8_t* at = image + ((int64_t)iy * in_w + ix0) * in_c;
