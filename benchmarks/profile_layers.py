@@ -83,6 +83,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=25, help="calls listed per thread count (default 25)")
     parser.add_argument("--all", action="store_true", help="list every call, in order")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="images per run (default 1); every figure is per image (a run's time / batch)")
     args = parser.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",") if t})
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
@@ -103,6 +105,7 @@ def main() -> None:
 
     for model_name in [m for m in args.models.split(",") if m]:
         model, shape = make_model(model_name)
+        shape = (args.batch, *shape[1:])
         x = np.random.default_rng(4321).standard_normal(shape, dtype=np.float32)
         calib = np.random.default_rng(1234).standard_normal((16, *shape[1:]), dtype=np.float32)
         compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd)
@@ -159,22 +162,23 @@ def main() -> None:
             if got != [c[0] for c in calls] or layout[i + 1 + len(calls)] != "region_total":
                 raise SystemExit(f"region {symbol}: calls {got[:10]}... differ from the nodes' {[c[0] for c in calls][:10]}...")
             for j, (kind, desc, macs) in enumerate(calls):
-                rows.append((i + 1 + j, kind, desc, macs))
+                rows.append((i + 1 + j, kind, desc, macs / args.batch))
             rows.append((i + 1 + len(calls), "region_total", symbol, 0.0))
             i += len(calls) + 2
 
         total_macs = sum(r[3] for r in rows)
-        print(f"\n## {model_name}: byoc-int8 {simd}, {total_macs / 1e9:.3f} GMAC in convolutions and dense layers\n")
+        print(f"\n## {model_name}: byoc-int8 {simd}, batch {args.batch}, {total_macs / 1e9:.3f} GMAC per image in "
+              "convolutions and dense layers\n")
         for n in threads:
-            med = {r[0]: statistics.median(per_call[n][r[0]]) / 1e6 for r in rows}
-            model_ms = statistics.median(totals[n]) / 1e6
+            med = {r[0]: statistics.median(per_call[n][r[0]]) / 1e6 / args.batch for r in rows}
+            model_ms = statistics.median(totals[n]) / 1e6 / args.batch
             kernel_rows = [r for r in rows if r[1] != "region_total"]
             # Sums per run, then their median: a run slowed by the machine counts as one run
             # (medians of the parts would not add up to the whole).
             runs = range(len(totals[n]))
             region_ms = statistics.median(sum(per_call[n][r[0]][k] for r in rows if r[1] == "region_total")
-                                          for k in runs) / 1e6
-            kernel_ms = statistics.median(sum(per_call[n][r[0]][k] for r in kernel_rows) for k in runs) / 1e6
+                                          for k in runs) / 1e6 / args.batch
+            kernel_ms = statistics.median(sum(per_call[n][r[0]][k] for r in kernel_rows) for k in runs) / 1e6 / args.batch
             print(f"### {n} thread{'s' * (n > 1)}: {model_ms:.3f} ms per image (median of {len(totals[n])}); "
                   f"regions {region_ms:.3f} ms, timed kernel calls {kernel_ms:.3f} ms (medians of per-run sums; "
                   f"the rows below are medians per call)\n")
