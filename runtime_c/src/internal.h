@@ -36,7 +36,7 @@ B8_INLINE int8_t b8_output_s8(int32_t acc, const b8_requant_params* quant, int32
 /* b8_requantize on 8 lanes, exact while shift <= 0 (the result then fits in int32), in each
  * rounding. `right` is 31 - shift. AVX2 has no 64-bit arithmetic shift: products are made
  * non-negative by an offset of 2^62 (a multiple of every 2^right, taken off after the shift), or
- * handled as magnitudes. */
+ * handled as magnitudes (TFLite's rounding, whose 64-bit shift is always by 31, needs neither). */
 B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i right) {
   const __m256i one = _mm256_set1_epi64x(1), low = _mm256_set1_epi64x(0xFFFFFFFF);
   const __m256i right_even = _mm256_and_si256(right, low), right_odd = _mm256_srli_epi64(right, 32);
@@ -49,31 +49,31 @@ B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i righ
   even = _mm256_srlv_epi64(_mm256_add_epi64(even, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one))), right_even);
   odd = _mm256_srlv_epi64(_mm256_add_epi64(odd, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one))), right_odd);
   return _mm256_sign_epi32(_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA), acc);
-#else
-  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62);
-  __m256i even = _mm256_add_epi64(_mm256_mul_epi32(acc, multiplier), offset);
-  __m256i odd = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(acc, 32), multiplier_odd), offset);
-#if B8_ROUNDING == B8_ROUND_TFLITE
+#elif B8_ROUNDING == B8_ROUND_TFLITE
   /* high = floor((acc * M + 2^30) / 2^31), then a right shift by -shift = right - 31 that rounds
-   * ties away from zero (RoundingDivideByPOT), on 32-bit lanes. */
+   * ties away from zero (RoundingDivideByPOT), on 32-bit lanes. high fits in int32, and the low
+   * 32 bits of a right shift by 31 are bits 31-62 whether the shift is logical or arithmetic:
+   * the logical one AVX2 has does, without an offset. */
   (void)right_even, (void)right_odd, (void)one;
-  const __m256i half = _mm256_set1_epi64x((int64_t)1 << 30), bias = _mm256_set1_epi64x((int64_t)1 << 31);
-  even = _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(even, half), 31), bias);
-  odd = _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(odd, half), 31), bias);
-  const __m256i high = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  const __m256i half = _mm256_set1_epi64x((int64_t)1 << 30);
+  const __m256i even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(acc, multiplier), half), 31);
+  const __m256i odd = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(acc, 32), multiplier_odd), half);
+  const __m256i high = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 1), 0xAA); /* odd's bits 31-62 */
   const __m256i exponent = _mm256_sub_epi32(right, _mm256_set1_epi32(31));
   const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(1), exponent), _mm256_set1_epi32(1));
   const __m256i threshold = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_srai_epi32(high, 31));
   const __m256i round_up = _mm256_cmpgt_epi32(_mm256_and_si256(high, mask), threshold);
   return _mm256_sub_epi32(_mm256_srav_epi32(high, exponent), round_up);
 #else
+  const __m256i offset = _mm256_set1_epi64x((int64_t)1 << 62);
+  __m256i even = _mm256_add_epi64(_mm256_mul_epi32(acc, multiplier), offset);
+  __m256i odd = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(acc, 32), multiplier_odd), offset);
   /* (acc * M + 2^(right - 1)) >> right: ties toward +infinity. */
   even = _mm256_add_epi64(even, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_even, one)));
   odd = _mm256_add_epi64(odd, _mm256_sllv_epi64(one, _mm256_sub_epi64(right_odd, one)));
   even = _mm256_sub_epi64(_mm256_srlv_epi64(even, right_even), _mm256_srlv_epi64(offset, right_even));
   odd = _mm256_sub_epi64(_mm256_srlv_epi64(odd, right_odd), _mm256_srlv_epi64(offset, right_odd));
   return _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-#endif
 #endif
 }
 
