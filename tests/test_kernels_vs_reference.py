@@ -215,6 +215,28 @@ def test_add(kernels, seed):
     assert np.all(np.abs(out[inside] - real[inside]) <= 1.01)
 
 
+@pytest.mark.parametrize("left_shift", [0, 8, 9, 15, 20, 22])
+def test_add_rescale_ranges(kernels, left_shift):
+    """Every int8 pair of inputs (as differences from the zero points, |d| <= 255) through input
+    factors from 2^-31 up to just below 1 (shifts -31 to 0, multipliers 2^30 to 2^31 - 1, the
+    power-of-two form included), at left shifts inside (9-22) and outside the 32-bit form of the
+    SIMD adds' input rescale; outputs scaled into the int8 range."""
+    rng = np.random.default_rng(left_shift)
+    a = np.repeat(np.arange(-128, 128, dtype=np.int8), 16)
+    b = rng.permutation(a)
+    for trial in range(24):
+        shifts = [-31 + trial * 31 // 23, int(rng.integers(-31, 1))]  # the first from -31 to 0
+        multipliers = [(1 << 30) if trial % 3 == 0 else (1 << 31) - 1 if trial % 3 == 1
+                       else int(rng.integers(1 << 30, 1 << 31)) for _ in range(2)]
+        largest = max(m * 2.0 ** (s - 31 + left_shift) for m, s in zip(multipliers, shifts))
+        output = qarith.quantize_multiplier(min(0.99, 100.0 / (255 * largest)) if largest > 0 else 0.5)
+        z1, z2 = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+        case = {"a": a, "b": b, "left_shift": left_shift, "act": (-128, 127), "zero_points": (z1, z2, 0),
+                "input1": (multipliers[0], shifts[0]), "input2": (multipliers[1], shifts[1]),
+                "output": (output.multiplier, output.shift)}
+        assert_matches(kernels, "add", case)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_global_avg_pool(kernels, seed):
     rng = np.random.default_rng(seed)

@@ -29,6 +29,9 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
     const __m256i z1 = _mm256_set1_epi32(vec.input1_zero_point);
     const __m256i z2 = _mm256_set1_epi32(vec.input2_zero_point);
     const __m256i zo = _mm256_set1_epi32(vec.output_zero_point);
+    b8_small_rescale s1, s2;
+    const int small = b8_small_rescale_prepare(vec.input1_multiplier, vec.input1_shift, vec.left_shift, &s1) &&
+                      b8_small_rescale_prepare(vec.input2_multiplier, vec.input2_shift, vec.left_shift, &s2);
 #if B8_USE_AVX512VNNI
     const __m512i m1x = _mm512_set1_epi32(vec.input1_multiplier);
     const __m512i m2x = _mm512_set1_epi32(vec.input2_multiplier);
@@ -40,6 +43,12 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
     const __m512i z1x = _mm512_set1_epi32(vec.input1_zero_point);
     const __m512i z2x = _mm512_set1_epi32(vec.input2_zero_point);
     const __m512i zox = _mm512_set1_epi32(vec.output_zero_point);
+    if (small) /* the inputs' rescales in 32-bit arithmetic (most adds: TFLite's left shift is 20) */
+      for (; i + 16 <= size; i += 16) {
+        const __m512i sum = _mm512_add_epi32(b8_small_rescale_x16(_mm512_sub_epi32(b8_load_s8x16(input1 + i), z1x), &s1),
+                                             b8_small_rescale_x16(_mm512_sub_epi32(b8_load_s8x16(input2 + i), z2x), &s2));
+        b8_store_s8x16(output + i, _mm512_add_epi32(b8_requantize_x16(sum, mox, rox), zox), lox, hix);
+      }
     for (; i + 16 <= size; i += 16) {
       const __m512i x1 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input1 + i), z1x), left);
       const __m512i x2 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input2 + i), z2x), left);
@@ -47,6 +56,12 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
       b8_store_s8x16(output + i, _mm512_add_epi32(b8_requantize_x16(sum, mox, rox), zox), lox, hix);
     }
 #endif
+    if (small)
+      for (; i + 8 <= size; i += 8) {
+        const __m256i sum = _mm256_add_epi32(b8_small_rescale_x8(_mm256_sub_epi32(b8_load_s8x8(input1 + i), z1), &s1),
+                                             b8_small_rescale_x8(_mm256_sub_epi32(b8_load_s8x8(input2 + i), z2), &s2));
+        b8_store_s8x8(output + i, _mm256_add_epi32(b8_requantize_x8(sum, mo, ro), zo), lo, hi);
+      }
     for (; i + 8 <= size; i += 8) {
       const __m256i x1 = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(input1 + i), z1), left);
       const __m256i x2 = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(input2 + i), z2), left);

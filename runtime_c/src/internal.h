@@ -30,6 +30,39 @@ B8_INLINE int8_t b8_output_s8(int32_t acc, const b8_requant_params* quant, int32
   return b8_clamp_s8(scaled + quant->output_zero_point, quant->act_min, quant->act_max);
 }
 
+/* b8_requantize(d << left_shift, multiplier, shift) for an int8 difference |d| <= 255 (an add's
+ * input less its zero point), in 32-bit arithmetic. With j = 31 - left_shift, e = -shift and
+ * M = high * 2^j + low, the product d * M * 2^(shift - 31 + left_shift) is d * M / 2^(j + e), so
+ * floor((d * M + R) / 2^(j + e)) = ((d * high + (R >> j)) + ((d * low + R % 2^j) >> j)) >> e,
+ * every term within int32 for 9 <= left_shift <= 22 and shift <= 0. The single roundings add
+ * R = 2^(j + e - 1) (of |d| for ties away from zero); TFLite's two roundings (the doubling high
+ * multiply, then RoundingDivideByPOT when e > 0) are one rounding with R = 2^(j + e - 1) + 2^(j - 1)
+ * for d > 0 and 2^j less for d < 0 (for e = 0, R = 2^(j - 1)): `negative` is -1 then, else 0. */
+typedef struct {
+  int32_t high, low, round_high, round_low, negative, low_shift, shift;
+} b8_small_rescale;
+
+/* Prepares b8_small_rescale for (multiplier, shift, left_shift); 0 where the 32-bit form does not
+ * apply (the caller then takes b8_requantize). */
+B8_INLINE int b8_small_rescale_prepare(int32_t multiplier, int32_t shift, int32_t left_shift, b8_small_rescale* r) {
+  if (left_shift < 9 || left_shift > 22 || shift > 0 || shift < -31 || multiplier < 0) return 0;
+  const int32_t j = 31 - left_shift, e = -shift;
+  r->high = multiplier >> j;
+  r->low = multiplier & ((1 << j) - 1);
+  r->low_shift = j;
+  r->shift = e;
+  r->negative = 0;
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  r->round_high = e > 0 ? 1 << (e - 1) : 0;
+  r->round_low = 1 << (j - 1);
+  r->negative = e > 0 ? -1 : 0;
+#else
+  r->round_high = e > 0 ? 1 << (e - 1) : 0;
+  r->round_low = e > 0 ? 0 : 1 << (j - 1);
+#endif
+  return 1;
+}
+
 #if B8_USE_AVX2
 #include <immintrin.h>
 
@@ -93,6 +126,28 @@ B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   memcpy(&bytes, in, 8);
   return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
 }
+/* b8_small_rescale on 8 lanes of differences. */
+B8_INLINE __m256i b8_small_rescale_x8(__m256i d, const b8_small_rescale* r) {
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  const __m256i x = _mm256_abs_epi32(d);
+#else
+  const __m256i x = d;
+#endif
+  __m256i high = _mm256_add_epi32(_mm256_mullo_epi32(x, _mm256_set1_epi32(r->high)), _mm256_set1_epi32(r->round_high));
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  high = _mm256_add_epi32(high, _mm256_and_si256(_mm256_srai_epi32(x, 31), _mm256_set1_epi32(r->negative)));
+#endif
+  const __m256i low = _mm256_sra_epi32(
+      _mm256_add_epi32(_mm256_mullo_epi32(x, _mm256_set1_epi32(r->low)), _mm256_set1_epi32(r->round_low)),
+      _mm_cvtsi32_si128(r->low_shift));
+  const __m256i y = _mm256_sra_epi32(_mm256_add_epi32(high, low), _mm_cvtsi32_si128(r->shift));
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  return _mm256_sign_epi32(y, d);
+#else
+  return y;
+#endif
+}
+
 #if B8_USE_AVX512VNNI
 /* The low 32 bits of each 64-bit lane of `even` in the even int32 lanes and those of `odd` in the
  * odd ones: one vpshufd that swaps odd's halves, merged under a mask (a shift and a blend
@@ -138,6 +193,28 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
       _mm512_add_epi64(odd, _mm512_sllv_epi64(one, _mm512_sub_epi64(right_odd, one))), right_odd);
   return b8_interleave_low_x16(even, odd);
 #endif
+#endif
+}
+
+/* b8_small_rescale on 16 lanes of differences. */
+B8_INLINE __m512i b8_small_rescale_x16(__m512i d, const b8_small_rescale* r) {
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  const __m512i x = _mm512_abs_epi32(d);
+#else
+  const __m512i x = d;
+#endif
+  __m512i high = _mm512_add_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(r->high)), _mm512_set1_epi32(r->round_high));
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  high = _mm512_add_epi32(high, _mm512_and_si512(_mm512_srai_epi32(x, 31), _mm512_set1_epi32(r->negative)));
+#endif
+  const __m512i low = _mm512_sra_epi32(
+      _mm512_add_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(r->low)), _mm512_set1_epi32(r->round_low)),
+      _mm_cvtsi32_si128(r->low_shift));
+  const __m512i y = _mm512_sra_epi32(_mm512_add_epi32(high, low), _mm_cvtsi32_si128(r->shift));
+#if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
+  return _mm512_mask_sub_epi32(y, _mm512_cmplt_epi32_mask(d, _mm512_setzero_si512()), _mm512_setzero_si512(), y);
+#else
+  return y;
 #endif
 }
 
