@@ -39,6 +39,19 @@ static b8_status b8_model_concat(const b8_concat_job* job) {
                       job->output_zero_point, job->outer, job->output);
 }
 """,
+    "b8_model_quantize": """
+typedef struct {
+  float scale;
+  int32_t zero_point;
+  const b8_dims* dims;
+  int32_t size;
+  const float* input;
+  int8_t* output;
+} b8_quantize_job;
+static b8_status b8_model_quantize(const b8_quantize_job* job) {
+  return b8_quantize_f32(job->scale, job->zero_point, job->dims, job->size, job->input, job->output);
+}
+""",
 }
 
 

@@ -112,6 +112,7 @@ SIGNATURES = {
     "b8_slice_s8": (i32, [i32, P(i32), P(i32), P(i32), P(i32), P(i8), P(i8)]),
     "b8_pad_s8": (i32, [i32, P(i32), P(i32), i8, P(i8), P(i8)]),
     "b8_quantize_f32": (i32, [f32, i32, P(Dims), i32, P(f32), P(i8)]),
+    "b8_quantize_f32_rows": (i32, [f32, i32, P(Dims), P(Pixels), P(f32), P(i8)]),
     "b8_dequantize_f32": (i32, [f32, i32, P(Dims), i32, P(i8), P(f32)]),
 }
 
@@ -453,7 +454,14 @@ def call_quantize(lib, case: dict):
     x = case["x"]  # float32, NCHW when case["nchw"] (written NHWC), else flat
     dims = Dims(*(x.shape[i] for i in (0, 2, 3, 1))) if case["nchw"] else None
     out = np.zeros(x.size, np.int8)
-    status = lib.b8_quantize_f32(case["scale"], case["zero_point"], dims, x.size, ptr(x, f32), ptr(out, i8))
+    if case.get("rows") is None:
+        status = lib.b8_quantize_f32(case["scale"], case["zero_point"], dims, x.size, ptr(x, f32), ptr(out, i8))
+        return status, out
+    # b8_quantize_f32_rows over these ranges of image rows, as the threads of a split run them.
+    status = 0
+    for begin, end in case["rows"]:
+        status |= lib.b8_quantize_f32_rows(case["scale"], case["zero_point"], dims, ctypes.byref(Pixels(begin, end)),
+                                           ptr(x, f32), ptr(out, i8))
     return status, out
 
 

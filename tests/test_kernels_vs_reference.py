@@ -367,8 +367,31 @@ def test_boundary_conversions(kernels, seed):
     np.testing.assert_array_equal(out, layout.to_storage(qarith.quantize_tensor(x, quant, kernels.rounding)))
     back = assert_matches(kernels, "dequantize", {**case, "x": out})
     np.testing.assert_array_equal(back.reshape(n, c, h, w), qarith.dequantize_tensor(layout.to_logical(out), quant))
+    # Split over image rows at any row, as threads run it: the same bytes.
+    split = int(rng.integers(0, n * h + 1))
+    assert_matches(kernels, "quantize", {**case, "rows": [(0, split), (split, n * h)]})
     x.ravel()[rng.integers(0, x.size)] = np.nan
     assert kernel_calls.run(kernels, "quantize", {**case, "x": x, "nchw": False})[0] == 1  # refused
+
+
+def test_quantize_rows_writes_only_its_rows(kernels):
+    """A range of image rows reads and writes those rows alone: a NaN elsewhere goes unseen."""
+    n, c, h, w = 2, 3, 4, 70
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    x[1, 2, 3, 5] = np.nan  # image 1, row 3: row 7 of 8
+    out = np.full(x.size, 0x55, np.int8)
+    dims = kernel_calls.Dims(n, h, w, c)
+    lib = kernels
+    status = lib.b8_quantize_f32_rows(0.05, 3, dims, kernel_calls.ctypes.byref(kernel_calls.Pixels(2, 6)),
+                                      kernel_calls.ptr(x, kernel_calls.f32), kernel_calls.ptr(out, kernel_calls.i8))
+    assert status == 0
+    rows = out.reshape(n * h, w * c)
+    whole = layout.to_storage(qarith.quantize_tensor(np.nan_to_num(x), qarith.ActivationQuant(0.05, 3), kernels.rounding))
+    np.testing.assert_array_equal(rows[2:6], whole.reshape(n * h, w * c)[2:6])
+    assert np.all(rows[:2] == 0x55) and np.all(rows[6:] == 0x55)
+    status = lib.b8_quantize_f32_rows(0.05, 3, dims, kernel_calls.ctypes.byref(kernel_calls.Pixels(6, 8)),
+                                      kernel_calls.ptr(x, kernel_calls.f32), kernel_calls.ptr(out, kernel_calls.i8))
+    assert status == 1  # the NaN's row
 
 
 EPILOGUE_SEEDS = range(20)

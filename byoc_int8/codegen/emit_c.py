@@ -467,9 +467,11 @@ class RegionEmitter:
             self.body.append("  if (int8_io) {")
             self._int8_boundary(v, f"inputs[{i}]", self._buffer(v, plan), True, f"input{i}", "    ")
             self.body += [
-                f"  }} else if (b8_quantize_f32({_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
-                f"(const float*)inputs[{i}], {self._buffer(v, plan)}) != B8_OK)",
-                f"    {self._fail('B8_MODEL_NONFINITE_INPUT', i)}",
+                "  } else {",
+                f"    const b8_quantize_job job = {{{_c_float(quant.scale)}, {quant.zero_point}, {dims}, {size}, "
+                f"(const float*)inputs[{i}], {self._buffer(v, plan)}}};",
+                f"    if (b8_model_quantize(&job) != B8_OK) {self._fail('B8_MODEL_NONFINITE_INPUT', i)}",
+                "  }",
             ]
         for index, qn in enumerate(self.q.nodes):
             self._node(index, qn, plan)

@@ -360,6 +360,10 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
  * reciprocal. */
 B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
                                  int32_t size, const float* input, int8_t* output);
+/* b8_quantize_f32 with `dims` for the image rows [rows->begin, rows->end) of the n x h rows (NULL:
+ * all): those rows' output bytes only, so that a caller can split one conversion over threads. */
+B8_API b8_status b8_quantize_f32_rows(float scale, int32_t zero_point, const b8_dims* dims,
+                                      const b8_pixels* rows, const float* input, int8_t* output);
 /* Dequantize: x = (float)(q - zero_point) * scale; with `dims`, read in NHWC order and written
  * in NCHW. */
 B8_API b8_status b8_dequantize_f32(float scale, int32_t zero_point, const b8_dims* dims,

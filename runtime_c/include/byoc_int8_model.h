@@ -3,7 +3,7 @@
  *
  * byoc_int8's code generator writes each model as plain C99: its constants, one planned arena,
  * and a sequence of kernel calls. The kernels it may split over threads (convolution, add, max
- * pool, concatenation) and the preparation of convolution filters go through the functions
+ * pool, concatenation, the float input's quantization) and the preparation of convolution filters go through the functions
  * below, which have two implementations:
  *  - runtime_c/model/serial.c: one thread, no heap, the portable kernels (the standalone C
  *    export, e.g. for firmware);
@@ -65,12 +65,23 @@ typedef struct {
   int8_t* output;
 } b8_concat_job;
 
+/* One region-entry conversion of a float input to int8 (b8_quantize_f32's arguments). */
+typedef struct {
+  float scale;
+  int32_t zero_point;
+  const b8_dims* dims;
+  int32_t size;
+  const float* input;
+  int8_t* output;
+} b8_quantize_job;
+
 /* `scratch`: b8_conv2d_s8_scratch_size(filter_dims) bytes of the portable kernels, from the
  * model's arena (an implementation with other kernels may use its own). */
 B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch);
 B8_API b8_status b8_model_add(const b8_add_job* job);
 B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job);
 B8_API b8_status b8_model_concat(const b8_concat_job* job);
+B8_API b8_status b8_model_quantize(const b8_quantize_job* job);
 
 /* A convolution filter (OHWI) in the layout of the kernels compiled in; `cache` is one pointer
  * per filter, NULL before the first call, that an implementation may keep a packed copy in.

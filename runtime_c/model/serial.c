@@ -38,6 +38,10 @@ B8_API b8_status b8_model_concat(const b8_concat_job* job) {
                       job->output_zero_point, job->outer, job->output);
 }
 
+B8_API b8_status b8_model_quantize(const b8_quantize_job* job) {
+  return b8_quantize_f32(job->scale, job->zero_point, job->dims, job->size, job->input, job->output);
+}
+
 B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
                                      const int8_t** cache) {
   (void)filter_dims;

@@ -205,55 +205,66 @@ static const int8_t b8_rgb_picks[3][3][16] = {
      {10, -128, -128, 11, -128, -128, 12, -128, -128, 13, -128, -128, 14, -128, -128, 15}}};
 #endif
 
+/* The scale must be positive and finite, and so must its reciprocal (below 2^-128 it is not, and
+ * 0 * (1 / scale) would be NaN). */
+static int b8_quantize_args_ok(float scale, int32_t zero_point) {
+  return zero_point >= -128 && zero_point <= 127 && scale > 0.0f && scale <= FLT_MAX && 1.0f / scale <= FLT_MAX;
+}
+
 B8_API b8_status b8_quantize_f32(float scale, int32_t zero_point, const b8_dims* dims,
                                  int32_t size, const float* input, int8_t* output) {
-  /* The scale must be positive and finite, and so must its reciprocal (below 2^-128 it is not,
-   * and 0 * (1 / scale) would be NaN). */
-  const int scale_ok = scale > 0.0f && scale <= FLT_MAX && 1.0f / scale <= FLT_MAX;
-  if (zero_point < -128 || zero_point > 127 || !scale_ok) return B8_ERROR_ARGUMENT;
-  if (!dims) return b8_quantize_run(scale, zero_point, size, input, output) ? B8_ERROR_ARGUMENT : B8_OK;
+  if (dims) return b8_quantize_f32_rows(scale, zero_point, dims, NULL, input, output);
+  if (!b8_quantize_args_ok(scale, zero_point)) return B8_ERROR_ARGUMENT;
+  return b8_quantize_run(scale, zero_point, size, input, output) ? B8_ERROR_ARGUMENT : B8_OK;
+}
+
+B8_API b8_status b8_quantize_f32_rows(float scale, int32_t zero_point, const b8_dims* dims,
+                                      const b8_pixels* rows, const float* input, int8_t* output) {
+  if (!dims || !b8_quantize_args_ok(scale, zero_point)) return B8_ERROR_ARGUMENT;
   int bad = 0;
   const int64_t h = dims->h, w = dims->w, c = dims->c;
-  /* NCHW input into NHWC: per (n, y), B8_QUANTIZE_COLUMNS columns of up to B8_QUANTIZE_CHANNELS
-   * channels at a time are quantized row by row into `rows` (contiguous: vectorized), then
-   * interleaved into the output's pixels (writing element x of channel ch's row x * c further
-   * one byte at a time was the cost). */
+  const int64_t first = rows && rows->begin > 0 ? rows->begin : 0;
+  const int64_t last = rows && rows->end < dims->n * h ? rows->end : dims->n * h;
+  /* NCHW input into NHWC: per image row (n, y), B8_QUANTIZE_COLUMNS columns of up to
+   * B8_QUANTIZE_CHANNELS channels at a time are quantized row by row into `codes` (contiguous:
+   * vectorized), then interleaved into the output's pixels (writing element x of channel ch's row
+   * x * c further one byte at a time was the cost). */
   enum { B8_QUANTIZE_COLUMNS = 64, B8_QUANTIZE_CHANNELS = 16 };
-  int8_t rows[B8_QUANTIZE_CHANNELS][B8_QUANTIZE_COLUMNS];
-  for (int64_t n = 0; n < dims->n; ++n)
-    for (int64_t y = 0; y < h; ++y)
-      for (int64_t x0 = 0; x0 < w; x0 += B8_QUANTIZE_COLUMNS) {
-        const int64_t columns = w - x0 < B8_QUANTIZE_COLUMNS ? w - x0 : B8_QUANTIZE_COLUMNS;
-        for (int64_t c0 = 0; c0 < c; c0 += B8_QUANTIZE_CHANNELS) {
-          const int64_t channels = c - c0 < B8_QUANTIZE_CHANNELS ? c - c0 : B8_QUANTIZE_CHANNELS;
-          for (int64_t k = 0; k < channels; ++k)
-            bad |= b8_quantize_run(scale, zero_point, columns, input + ((n * c + c0 + k) * h + y) * w + x0,
-                                   rows[k]);
-          int8_t* out = output + ((n * h + y) * w + x0) * c + c0;
-          int64_t x = 0;
+  int8_t codes[B8_QUANTIZE_CHANNELS][B8_QUANTIZE_COLUMNS];
+  for (int64_t row = first; row < last; ++row) {
+    const int64_t n = row / h, y = row % h;
+    for (int64_t x0 = 0; x0 < w; x0 += B8_QUANTIZE_COLUMNS) {
+      const int64_t columns = w - x0 < B8_QUANTIZE_COLUMNS ? w - x0 : B8_QUANTIZE_COLUMNS;
+      for (int64_t c0 = 0; c0 < c; c0 += B8_QUANTIZE_CHANNELS) {
+        const int64_t channels = c - c0 < B8_QUANTIZE_CHANNELS ? c - c0 : B8_QUANTIZE_CHANNELS;
+        for (int64_t k = 0; k < channels; ++k)
+          bad |= b8_quantize_run(scale, zero_point, columns, input + ((n * c + c0 + k) * h + y) * w + x0, codes[k]);
+        int8_t* out = output + ((n * h + y) * w + x0) * c + c0;
+        int64_t x = 0;
 #if B8_USE_AVX2
-          if (c == 3) {
-            /* RGB images: 16 pixels (48 bytes) from the three rows by byte shuffles; output
-             * byte j of the 48 is channel j % 3 of pixel j / 3. */
-            for (; x + 16 <= columns; x += 16) {
-              const __m128i r = _mm_loadu_si128((const __m128i*)(rows[0] + x));
-              const __m128i g = _mm_loadu_si128((const __m128i*)(rows[1] + x));
-              const __m128i b = _mm_loadu_si128((const __m128i*)(rows[2] + x));
-              for (int32_t part = 0; part < 3; ++part) {
-                const int8_t(*pick)[16] = b8_rgb_picks[part];
-                const __m128i v = _mm_or_si128(
-                    _mm_or_si128(_mm_shuffle_epi8(r, _mm_loadu_si128((const __m128i*)pick[0])),
-                                 _mm_shuffle_epi8(g, _mm_loadu_si128((const __m128i*)pick[1]))),
-                    _mm_shuffle_epi8(b, _mm_loadu_si128((const __m128i*)pick[2])));
-                _mm_storeu_si128((__m128i*)(out + x * 3 + 16 * part), v);
-              }
+        if (c == 3) {
+          /* RGB images: 16 pixels (48 bytes) from the three rows by byte shuffles; output byte j
+           * of the 48 is channel j % 3 of pixel j / 3. */
+          for (; x + 16 <= columns; x += 16) {
+            const __m128i r = _mm_loadu_si128((const __m128i*)(codes[0] + x));
+            const __m128i g = _mm_loadu_si128((const __m128i*)(codes[1] + x));
+            const __m128i b = _mm_loadu_si128((const __m128i*)(codes[2] + x));
+            for (int32_t part = 0; part < 3; ++part) {
+              const int8_t(*pick)[16] = b8_rgb_picks[part];
+              const __m128i v = _mm_or_si128(
+                  _mm_or_si128(_mm_shuffle_epi8(r, _mm_loadu_si128((const __m128i*)pick[0])),
+                               _mm_shuffle_epi8(g, _mm_loadu_si128((const __m128i*)pick[1]))),
+                  _mm_shuffle_epi8(b, _mm_loadu_si128((const __m128i*)pick[2])));
+              _mm_storeu_si128((__m128i*)(out + x * 3 + 16 * part), v);
             }
           }
-#endif
-          for (; x < columns; ++x)
-            for (int64_t k = 0; k < channels; ++k) out[x * c + k] = rows[k][x];
         }
+#endif
+        for (; x < columns; ++x)
+          for (int64_t k = 0; k < channels; ++k) out[x * c + k] = codes[k][x];
       }
+    }
+  }
   return bad ? B8_ERROR_ARGUMENT : B8_OK;
 }
 

@@ -348,6 +348,19 @@ static void test_boundary_conversions(void) {
   EXPECT_EQ(b8_quantize_f32(1.0f, -128, NULL, 2, bad, q), B8_ERROR_ARGUMENT); /* no overflow either */
   EXPECT_EQ(b8_quantize_f32(1e-45f, 0, NULL, 2, x, q), B8_ERROR_ARGUMENT); /* 1 / scale overflows */
   EXPECT_EQ(b8_quantize_f32(1.0f / 0.0f, 0, NULL, 2, x, q), B8_ERROR_ARGUMENT);
+  /* NCHW (1 image, 2 channels, 3 rows of 2) into NHWC, whole and as two ranges of rows. */
+  const float image[12] = {0, 1, 2, 3, 4, 5, -1, -2, -3, -4, -5, -6};
+  const b8_dims dims = {1, 3, 2, 2};
+  const b8_pixels top = {0, 1}, rest = {1, 3};
+  int8_t whole[12], split[12];
+  EXPECT_EQ(b8_quantize_f32(1.0f, 0, &dims, 12, image, whole), B8_OK);
+  EXPECT_EQ(whole[0] == 0 && whole[1] == -1 && whole[2] == 1 && whole[3] == -2, 1); /* pixel (0, 0), (0, 1) */
+  memset(split, 0x55, sizeof split);
+  EXPECT_EQ(b8_quantize_f32_rows(1.0f, 0, &dims, &top, image, split), B8_OK);
+  EXPECT_EQ(memcmp(split, whole, 4) == 0 && split[4] == 0x55, 1); /* row 0 alone */
+  EXPECT_EQ(b8_quantize_f32_rows(1.0f, 0, &dims, &rest, image, split), B8_OK);
+  EXPECT_EQ(memcmp(split, whole, sizeof whole), 0);
+  EXPECT_EQ(b8_quantize_f32_rows(1.0f, 0, NULL, &top, image, split), B8_ERROR_ARGUMENT); /* rows need dims */
 }
 
 /* Whether this CPU runs the instructions the kernels were compiled for; the build is tested only
