@@ -534,10 +534,9 @@ def _boundary_shape(rng) -> tuple[bool, tuple[int, ...]]:
     return False, (elementwise_size(rng),)
 
 
-def gen_quantize(rng) -> dict:
+def _quantize_case(rng, nchw: bool, shape: tuple[int, ...]) -> dict:
     """Float32 inputs at every scale: ties of the rounding, their neighbours, values far beyond
     the int8 range, zeros of both signs, subnormals; now and then a NaN or an infinity (refused)."""
-    nchw, shape = _boundary_shape(rng)
     scale = np.float32(2.0 ** rng.uniform(-30, 10))
     size = math.prod(shape)
     x = (rng.standard_normal(size) * 64 * scale).astype(np.float32)
@@ -553,6 +552,20 @@ def gen_quantize(rng) -> dict:
     if chance(rng, 0.03):  # refused: not positive, not finite, or 1 / scale overflows
         scale = rng.choice(np.array([0.0, -1.0, np.inf, np.nan, 1e-45, 2.0**-130, 2.0**-127], np.float32))
     return {"x": x.reshape(shape), "nchw": nchw, "scale": float(scale), "zero_point": zero_point(rng)}
+
+
+def gen_quantize(rng) -> dict:
+    return _quantize_case(rng, *_boundary_shape(rng))
+
+
+def gen_quantize_rows(rng) -> dict:
+    """b8_quantize_f32_rows: an NCHW input in two ranges of image rows split anywhere, as two
+    threads convert it."""
+    shape = ((1 if chance(rng, 0.5) else 2), channels(rng), extent(rng), extent(rng))
+    case = _quantize_case(rng, True, shape)
+    rows = shape[0] * shape[2]
+    split = int(rng.integers(0, rows + 1))
+    return {**case, "rows": [(0, split), (split, rows)]}
 
 
 def gen_dequantize(rng) -> dict:

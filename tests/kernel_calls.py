@@ -492,6 +492,7 @@ CALLS = {
     "slice": call_slice,
     "pad": call_pad,
     "quantize": call_quantize,
+    "quantize_rows": call_quantize,  # with case["rows"]: b8_quantize_f32_rows
     "dequantize": call_dequantize,
 }
 
@@ -665,6 +666,9 @@ def expect_quantize(case: dict, rounding: str):
     with np.errstate(over="ignore", invalid="ignore"):  # x / scale beyond float32: saturates
         y = qarith.quantize_tensor(x, qarith.ActivationQuant(case["scale"], case["zero_point"]), rounding)
     return 0, (layout.to_storage(y) if case["nchw"] else y).ravel()
+
+
+expect_quantize_rows = expect_quantize  # the same bytes, in ranges of rows
 
 
 def expect_dequantize(case: dict, rounding: str):
