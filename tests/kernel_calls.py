@@ -122,11 +122,14 @@ def library_path(build_dir: Path | str, variant: str, rounding: str) -> Path:
 
 
 def load(path: Path | str, variant: str, rounding: str) -> ctypes.CDLL:
-    """One kernel build, every function typed; `lib.variant` and `lib.rounding` name the build."""
+    """One kernel build, every function typed; `lib.variant` and `lib.rounding` name the build.
+    A function the library lacks (an older build's, compared by a benchmark) stays untyped and
+    raises where it is called."""
     lib = ctypes.CDLL(str(path))
     for name, (restype, argtypes) in SIGNATURES.items():
-        function = getattr(lib, name)
-        function.restype, function.argtypes = restype, argtypes
+        if hasattr(lib, name):
+            function = getattr(lib, name)
+            function.restype, function.argtypes = restype, argtypes
     lib.variant, lib.rounding = variant, rounding
     return lib
 

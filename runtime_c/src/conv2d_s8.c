@@ -187,54 +187,47 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
                             const int8_t* w, int nonnegative, const int32_t* bias,
                             int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
                             int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch, const int pixels) {
-  const __m512i offset = _mm512_set1_epi8((char)0x80);
+  const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
   __m512i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
   __m512i a40 = b0, a41 = b1, a50 = b0, a51 = b1, a60 = b0, a61 = b1, a70 = b0, a71 = b1;
-  /* Two steps per iteration, and a loop of its own for signed inputs: the loop's bookkeeping
-   * and its test of the sign would otherwise take issue slots the multiplications need. */
-#define B8_STEP(pixel, acc0, acc1, kk, signed_input)                               \
-  do {                                                                             \
-    int32_t quad;                                                                  \
-    memcpy(&quad, (pixel) + (kk), 4);                                              \
-    __m512i x = _mm512_set1_epi32(quad);                                           \
-    if (signed_input) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */ \
-    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                       \
-    acc1 = _mm512_dpbusd_epi32(acc1, x, w1);                                       \
+  /* Two steps per iteration, and no test of the sign inside: signed inputs flip their sign bits
+   * (a + 128, as unsigned), unsigned ones xor zero, one instruction with the broadcast either way
+   * (the loop's bookkeeping and a test would take issue slots the multiplications need). */
+#define B8_STEP(pixel, acc0, acc1, kk)                \
+  do {                                                \
+    int32_t quad;                                     \
+    memcpy(&quad, (pixel) + (kk), 4);                 \
+    const __m512i x = _mm512_xor_si512(_mm512_set1_epi32(quad), flip); \
+    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);          \
+    acc1 = _mm512_dpbusd_epi32(acc1, x, w1);          \
   } while (0)
-#define B8_STEPS(kk, wk, signed_input)                                      \
-  do {                                                                      \
-    const __m512i w0 = _mm512_loadu_si512((const void*)(wk));               \
-    const __m512i w1 = _mm512_loadu_si512((const void*)((wk) + 64));        \
-    B8_STEP(px[0], a00, a01, kk, signed_input);                             \
-    if (pixels > 1) B8_STEP(px[1], a10, a11, kk, signed_input);             \
-    if (pixels > 2) B8_STEP(px[2], a20, a21, kk, signed_input);             \
-    if (pixels > 3) B8_STEP(px[3], a30, a31, kk, signed_input);             \
-    if (pixels > 4) B8_STEP(px[4], a40, a41, kk, signed_input);             \
-    if (pixels > 5) B8_STEP(px[5], a50, a51, kk, signed_input);             \
-    if (pixels > 6) B8_STEP(px[6], a60, a61, kk, signed_input);             \
-    if (pixels > 7) B8_STEP(px[7], a70, a71, kk, signed_input);             \
+#define B8_STEPS(kk, wk)                                              \
+  do {                                                                \
+    const __m512i w0 = _mm512_loadu_si512((const void*)(wk));         \
+    const __m512i w1 = _mm512_loadu_si512((const void*)((wk) + 64));  \
+    B8_STEP(px[0], a00, a01, kk);                                     \
+    if (pixels > 1) B8_STEP(px[1], a10, a11, kk);                     \
+    if (pixels > 2) B8_STEP(px[2], a20, a21, kk);                     \
+    if (pixels > 3) B8_STEP(px[3], a30, a31, kk);                     \
+    if (pixels > 4) B8_STEP(px[4], a40, a41, kk);                     \
+    if (pixels > 5) B8_STEP(px[5], a50, a51, kk);                     \
+    if (pixels > 6) B8_STEP(px[6], a60, a61, kk);                     \
+    if (pixels > 7) B8_STEP(px[7], a70, a71, kk);                     \
   } while (0)
-#define B8_LOOP(signed_input)                                                           \
-  for (int32_t s = 0; s < segments; ++s) {                                              \
-    const int8_t* const* px = segment[s];                                               \
-    int32_t k = 0;                                                                      \
-    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {                            \
-      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);                                 \
-      B8_STEPS(k, w, signed_input);                                                     \
-      B8_STEPS(k + 4, w + 128, signed_input);                                           \
-    }                                                                                   \
-    if (k < run) {                                                                      \
-      B8_STEPS(k, w, signed_input);                                                     \
-      w += 128;                                                                         \
-    }                                                                                   \
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t* const* px = segment[s];
+    int32_t k = 0;
+    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
+      B8_STEPS(k, w);
+      B8_STEPS(k + 4, w + 128);
+    }
+    if (k < run) {
+      B8_STEPS(k, w);
+      w += 128;
+    }
   }
-  if (nonnegative) {
-    B8_LOOP(0)
-  } else {
-    B8_LOOP(1)
-  }
-#undef B8_LOOP
 #undef B8_STEPS
 #undef B8_STEP
   if (e) { /* two pixels per 64 bytes: 32 bytes each */
@@ -277,49 +270,40 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
                                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
                                    int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch,
                                    const int pixels) {
-  const __m512i offset = _mm512_set1_epi8((char)0x80);
+  const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias);
   __m512i a0 = b0, a1 = b0, a2 = b0, a3 = b0, a4 = b0, a5 = b0, a6 = b0, a7 = b0;
-#define B8_STEP(pixel, acc0, kk, signed_input)                                     \
+#define B8_STEP(pixel, acc0, kk)                                                   \
   do {                                                                             \
     int32_t quad;                                                                  \
     memcpy(&quad, (pixel) + (kk), 4);                                              \
-    __m512i x = _mm512_set1_epi32(quad);                                           \
-    if (signed_input) x = _mm512_xor_si512(x, offset); /* a + 128, as unsigned */ \
-    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);                                       \
+    acc0 = _mm512_dpbusd_epi32(acc0, _mm512_xor_si512(_mm512_set1_epi32(quad), flip), w0); \
   } while (0)
-#define B8_STEPS(kk, wk, signed_input)                          \
+#define B8_STEPS(kk, wk)                                        \
   do {                                                          \
     const __m512i w0 = _mm512_loadu_si512((const void*)(wk));   \
-    B8_STEP(px[0], a0, kk, signed_input);                       \
-    if (pixels > 1) B8_STEP(px[1], a1, kk, signed_input);       \
-    if (pixels > 2) B8_STEP(px[2], a2, kk, signed_input);       \
-    if (pixels > 3) B8_STEP(px[3], a3, kk, signed_input);       \
-    if (pixels > 4) B8_STEP(px[4], a4, kk, signed_input);       \
-    if (pixels > 5) B8_STEP(px[5], a5, kk, signed_input);       \
-    if (pixels > 6) B8_STEP(px[6], a6, kk, signed_input);       \
-    if (pixels > 7) B8_STEP(px[7], a7, kk, signed_input);       \
+    B8_STEP(px[0], a0, kk);                                     \
+    if (pixels > 1) B8_STEP(px[1], a1, kk);                     \
+    if (pixels > 2) B8_STEP(px[2], a2, kk);                     \
+    if (pixels > 3) B8_STEP(px[3], a3, kk);                     \
+    if (pixels > 4) B8_STEP(px[4], a4, kk);                     \
+    if (pixels > 5) B8_STEP(px[5], a5, kk);                     \
+    if (pixels > 6) B8_STEP(px[6], a6, kk);                     \
+    if (pixels > 7) B8_STEP(px[7], a7, kk);                     \
   } while (0)
-#define B8_LOOP(signed_input)                                   \
-  for (int32_t s = 0; s < segments; ++s) {                      \
-    const int8_t* const* px = segment[s];                       \
-    int32_t k = 0;                                              \
-    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {    \
-      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);         \
-      B8_STEPS(k, w, signed_input);                             \
-      B8_STEPS(k + 4, w + 128, signed_input);                   \
-    }                                                           \
-    if (k < run) {                                              \
-      B8_STEPS(k, w, signed_input);                             \
-      w += 128;                                                 \
-    }                                                           \
+  for (int32_t s = 0; s < segments; ++s) { /* as in b8_tile_body */
+    const int8_t* const* px = segment[s];
+    int32_t k = 0;
+    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
+      B8_STEPS(k, w);
+      B8_STEPS(k + 4, w + 128);
+    }
+    if (k < run) {
+      B8_STEPS(k, w);
+      w += 128;
+    }
   }
-  if (nonnegative) {
-    B8_LOOP(0)
-  } else {
-    B8_LOOP(1)
-  }
-#undef B8_LOOP
 #undef B8_STEPS
 #undef B8_STEP
   if (e) {
@@ -349,8 +333,8 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
 }
 
 /* The tiles for `count` (1-8) pixels: full tiles, and a range's last few pixels (the one left
- * over of a 7x7 output's 49) in code of their own count, which then costs its share of a tile,
- * not a whole one. */
+ * over of a 7x7 output's 49) in code for 1, 2 or 4 pixels, which then costs about their share
+ * of a tile rather than a whole one (more sizes cost compile time of every model for little). */
 #define B8_TILE_PARAMS                                                                               \
   const int8_t *(*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t *w,         \
       int nonnegative, const int32_t *bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],          \
@@ -360,19 +344,13 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
 #define B8_TILE_DISPATCH(name, body)                                                                 \
   static void name##_full(B8_TILE_PARAMS) { body(B8_TILE_ARGS(8)); }                                \
   static __attribute__((noinline)) void name##_part(B8_TILE_PARAMS) {                               \
-    switch (count) {                                                                                 \
-      case 1: body(B8_TILE_ARGS(1)); break;                                                          \
-      case 2: body(B8_TILE_ARGS(2)); break;                                                          \
-      case 3: body(B8_TILE_ARGS(3)); break;                                                          \
-      case 4: body(B8_TILE_ARGS(4)); break;                                                          \
-      case 5: body(B8_TILE_ARGS(5)); break;                                                          \
-      case 6: body(B8_TILE_ARGS(6)); break;                                                          \
-      default: body(B8_TILE_ARGS(7)); break;                                                         \
-    }                                                                                                \
+    if (count == 1) body(B8_TILE_ARGS(1));                                                           \
+    else if (count == 2) body(B8_TILE_ARGS(2));                                                      \
+    else body(B8_TILE_ARGS(4));                                                                      \
   }                                                                                                  \
-  B8_INLINE void name(B8_TILE_PARAMS) {                                                                  \
-    if (count == B8_TILE_PIXELS) name##_full(B8_TILE_PASS);                                       \
-    else name##_part(B8_TILE_PASS);                                                               \
+  B8_INLINE void name(B8_TILE_PARAMS) {                                                              \
+    if (count > 4) name##_full(B8_TILE_PASS);                                                        \
+    else name##_part(B8_TILE_PASS);                                                                  \
   }
 B8_TILE_DISPATCH(b8_tile, b8_tile_body)
 B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body)
