@@ -177,6 +177,24 @@ B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha,
   return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
 }
 
+/* The tiles' loop over the patch: per segment (`run` bytes of each pixel's patch at
+ * segment[s][p]), steps of 4 bytes two at a time, each the tile's B8_STEPS(k, w) for the bytes at
+ * k and the weights at w; one line of the next weights prefetched per iteration. */
+#define B8_TILE_LOOP                                                  \
+  for (int32_t s = 0; s < segments; ++s) {                            \
+    const int8_t* const* px = segment[s];                             \
+    int32_t k = 0;                                                    \
+    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {          \
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);               \
+      B8_STEPS(k, w);                                                 \
+      B8_STEPS(k + 4, w + 128);                                       \
+    }                                                                 \
+    if (k < run) {                                                    \
+      B8_STEPS(k, w);                                                 \
+      w += 128;                                                       \
+    }                                                                 \
+  }
+
 /* acc[p][oc] for 8 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors of
  * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers),
  * which start from the bias. Each pixel's patch is read as `segments` runs of `run` bytes:
@@ -215,19 +233,7 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     if (pixels > 6) B8_STEP(px[6], a60, a61, kk);                     \
     if (pixels > 7) B8_STEP(px[7], a70, a71, kk);                     \
   } while (0)
-  for (int32_t s = 0; s < segments; ++s) {
-    const int8_t* const* px = segment[s];
-    int32_t k = 0;
-    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {
-      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
-      B8_STEPS(k, w);
-      B8_STEPS(k + 4, w + 128);
-    }
-    if (k < run) {
-      B8_STEPS(k, w);
-      w += 128;
-    }
-  }
+  B8_TILE_LOOP;
 #undef B8_STEPS
 #undef B8_STEP
   if (e) { /* two pixels per 64 bytes: 32 bytes each */
@@ -291,19 +297,7 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
     if (pixels > 6) B8_STEP(px[6], a6, kk);                     \
     if (pixels > 7) B8_STEP(px[7], a7, kk);                     \
   } while (0)
-  for (int32_t s = 0; s < segments; ++s) { /* as in b8_tile_body */
-    const int8_t* const* px = segment[s];
-    int32_t k = 0;
-    for (; k + 8 <= run; k += 8, w += 256, prefetch += 64) {
-      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
-      B8_STEPS(k, w);
-      B8_STEPS(k + 4, w + 128);
-    }
-    if (k < run) {
-      B8_STEPS(k, w);
-      w += 128;
-    }
-  }
+  B8_TILE_LOOP;
 #undef B8_STEPS
 #undef B8_STEP
   if (e) {
@@ -358,6 +352,7 @@ B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body)
 #undef B8_TILE_ARGS
 #undef B8_TILE_PASS
 #undef B8_TILE_PARAMS
+#undef B8_TILE_LOOP
 #else
 /* The requantization of one block of 16 channels, loaded once per tile: the one place where the
  * AVX2 tile reads quant->multiplier and quant->shift. */
