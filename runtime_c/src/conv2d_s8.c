@@ -195,9 +195,9 @@ B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha,
     }                                                                 \
   }
 
-/* acc[p][oc] for 8 pixels x 32 channels, w packed as [depth / 4][32][4]: two 512-bit vectors of
- * 16 channels x 4 bytes per step, reused by all 8 pixels (16 accumulators of the 32 registers),
- * which start from the bias. Each pixel's patch is read as `segments` runs of `run` bytes:
+/* acc[p][oc] for `pixels` (at most 8; a constant where inlined) pixels x 32 channels, w packed as
+ * [depth / 4][32][4]: two 512-bit vectors of 16 channels x 4 bytes per step, reused by all the
+ * pixels (up to 16 accumulators of the 32 registers), which start from the bias. Each pixel's patch is read as `segments` runs of `run` bytes:
  * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
  * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
  * them in acc. */
@@ -522,11 +522,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         if (per_tap) {
           for (int32_t ky = 0; ky < k_h; ++ky) {
             const int32_t iy = oy * conv->stride_h - conv->pad_top + ky * conv->dilation_h;
-            const int8_t* line = image + (int64_t)iy * in_w * in_c;
             for (int32_t kx = 0; kx < k_w; ++kx) {
               const int32_t ix = ix0 + kx * conv->dilation_w;
-              const int outside = iy < 0 || iy >= input_dims->h || ix < 0 || ix >= in_w;
-              tile_segment[ky * k_w + kx][p] = outside ? padding : line + (int64_t)ix * in_c;
+              const int inside = iy >= 0 && iy < input_dims->h && ix >= 0 && ix < in_w;
+              tile_segment[ky * k_w + kx][p] = inside ? image + ((int64_t)iy * in_w + ix) * in_c : padding;
             }
           }
         } else {
