@@ -1,6 +1,7 @@
 """Every C kernel against the integer reference, bit for bit, over randomized cases, in every
 kernel build and rounding (the `kernels` fixture) with and without zero points."""
 
+import ctypes
 import sys
 from collections import Counter
 
@@ -380,18 +381,18 @@ def test_quantize_rows_writes_only_its_rows(kernels):
     x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
     x[1, 2, 3, 5] = np.nan  # image 1, row 3: row 7 of 8
     out = np.full(x.size, 0x55, np.int8)
-    dims = kernel_calls.Dims(n, h, w, c)
-    lib = kernels
-    status = lib.b8_quantize_f32_rows(0.05, 3, dims, kernel_calls.ctypes.byref(kernel_calls.Pixels(2, 6)),
-                                      kernel_calls.ptr(x, kernel_calls.f32), kernel_calls.ptr(out, kernel_calls.i8))
-    assert status == 0
+
+    def convert(begin: int, end: int) -> int:
+        return kernels.b8_quantize_f32_rows(0.05, 3, kernel_calls.Dims(n, h, w, c),
+                                            ctypes.byref(kernel_calls.Pixels(begin, end)),
+                                            kernel_calls.ptr(x, kernel_calls.f32), kernel_calls.ptr(out, kernel_calls.i8))
+
+    assert convert(2, 6) == 0
     rows = out.reshape(n * h, w * c)
     whole = layout.to_storage(qarith.quantize_tensor(np.nan_to_num(x), qarith.ActivationQuant(0.05, 3), kernels.rounding))
     np.testing.assert_array_equal(rows[2:6], whole.reshape(n * h, w * c)[2:6])
     assert np.all(rows[:2] == 0x55) and np.all(rows[6:] == 0x55)
-    status = lib.b8_quantize_f32_rows(0.05, 3, dims, kernel_calls.ctypes.byref(kernel_calls.Pixels(6, 8)),
-                                      kernel_calls.ptr(x, kernel_calls.f32), kernel_calls.ptr(out, kernel_calls.i8))
-    assert status == 1  # the NaN's row
+    assert convert(6, 8) == 1  # the NaN's row
 
 
 EPILOGUE_SEEDS = range(20)
