@@ -141,19 +141,23 @@ static int32_t b8_patch_row(const b8_dims* filter_dims) {
  * [depth / 4][block][4]. */
 #if B8_USE_AVX512VNNI
 /* The requantization of one block of 32 channels, its parameters loaded once for all the pixels
- * of a tile: the one place where the VNNI tiles read quant->multiplier and quant->shift. */
+ * of a tile: the estimate's from the call's table (b8_estimate_table), the exact path's from
+ * quant (the one place where the VNNI tiles read quant->multiplier and quant->shift). */
 typedef struct {
-  __m512i multiplier[2], right[2]; /* channels 0-15 and 16-31 of the block; right = 31 - shift */
+  b8_estimate_x16_params estimate[2]; /* channels 0-15 and 16-31 of the block */
+  const int32_t *multiplier[2], *shift[2];
   __m512i zero_point, lo, hi, order;
 } b8_block_epilogue;
 
-static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, int32_t channels,
-                                   b8_block_epilogue* e) {
-  const __m512i thirty_one = _mm512_set1_epi32(31);
+static void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
+                                   int32_t oc0, int32_t channels, b8_block_epilogue* e) {
   for (int32_t half = 0; half < 2; ++half) {
     const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
-    e->multiplier[half] = _mm512_loadu_si512((const void*)(quant->multiplier + oc));
-    e->right[half] = _mm512_sub_epi32(thirty_one, _mm512_loadu_si512((const void*)(quant->shift + oc)));
+    e->estimate[half].scale = _mm512_loadu_ps(table + oc);
+    e->estimate[half].offset_nonnegative = _mm512_loadu_ps(table + padded_c + oc);
+    e->estimate[half].offset_negative = _mm512_loadu_ps(table + 2 * padded_c + oc);
+    e->multiplier[half] = quant->multiplier + oc;
+    e->shift[half] = quant->shift + oc;
   }
   e->zero_point = _mm512_set1_epi32(quant->output_zero_point);
   e->lo = _mm512_set1_epi8((char)quant->act_min);
@@ -163,16 +167,29 @@ static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, 
   e->order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
 }
 
+/* The exact output stage of 16 accumulators of half h of the block, plus the zero point. */
+static __m512i b8_block_exact(const b8_block_epilogue* e, __m512i acc, int h) {
+  const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_loadu_si512((const void*)e->shift[h]));
+  return _mm512_add_epi32(b8_requantize_x16(acc, _mm512_loadu_si512((const void*)e->multiplier[h]), right),
+                          e->zero_point);
+}
+
 /* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
- * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The int32 -> int16 ->
+ * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The float estimate
+ * does it unless a lane is unsure; then the integer path redoes all four.  The int32 -> int16 ->
  * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
 B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha, __m512i b, int hb,
                                   __m512i c, int hc, __m512i d, int hd) {
-  a = _mm512_add_epi32(b8_requantize_x16(a, e->multiplier[ha], e->right[ha]), e->zero_point);
-  b = _mm512_add_epi32(b8_requantize_x16(b, e->multiplier[hb], e->right[hb]), e->zero_point);
-  c = _mm512_add_epi32(b8_requantize_x16(c, e->multiplier[hc], e->right[hc]), e->zero_point);
-  d = _mm512_add_epi32(b8_requantize_x16(d, e->multiplier[hd], e->right[hd]), e->zero_point);
-  const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+  __mmask16 unsure = 0;
+  __m512i ya = b8_estimate_x16(a, &e->estimate[ha], &unsure), yb = b8_estimate_x16(b, &e->estimate[hb], &unsure);
+  __m512i yc = b8_estimate_x16(c, &e->estimate[hc], &unsure), yd = b8_estimate_x16(d, &e->estimate[hd], &unsure);
+  if (__builtin_expect(unsure != 0, 0)) {
+    ya = b8_block_exact(e, a, ha);
+    yb = b8_block_exact(e, b, hb);
+    yc = b8_block_exact(e, c, hc);
+    yd = b8_block_exact(e, d, hd);
+  }
+  const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(ya, yb), _mm512_packs_epi32(yc, yd));
   const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
   return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
 }
@@ -354,19 +371,25 @@ B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body)
 #undef B8_TILE_PARAMS
 #undef B8_TILE_LOOP
 #else
-/* The requantization of one block of 16 channels, loaded once per tile: the one place where the
- * AVX2 tile reads quant->multiplier and quant->shift. */
+/* The requantization of one block of 16 channels, loaded once per tile: the estimate's from the
+ * call's table, the exact path's from quant (the one place where the AVX2 tile reads
+ * quant->multiplier and quant->shift). */
 typedef struct {
-  __m256i multiplier[2], right[2]; /* channels 0-7 and 8-15; right = 31 - shift */
+  b8_estimate_x8_params estimate[2]; /* channels 0-7 and 8-15 */
+  const int32_t *multiplier, *shift;
   __m256i zero_point, lo, hi, order;
 } b8_block_epilogue;
 
-static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, b8_block_epilogue* e) {
-  const __m256i thirty_one = _mm256_set1_epi32(31);
+static void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
+                                   int32_t oc0, b8_block_epilogue* e) {
   for (int32_t half = 0; half < 2; ++half) {
-    e->multiplier[half] = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc0 + 8 * half));
-    e->right[half] = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc0 + 8 * half)));
+    const int32_t oc = oc0 + 8 * half;
+    e->estimate[half].scale = _mm256_loadu_ps(table + oc);
+    e->estimate[half].offset_nonnegative = _mm256_loadu_ps(table + padded_c + oc);
+    e->estimate[half].offset_negative = _mm256_loadu_ps(table + 2 * padded_c + oc);
   }
+  e->multiplier = quant->multiplier + oc0;
+  e->shift = quant->shift + oc0;
   e->zero_point = _mm256_set1_epi32(quant->output_zero_point);
   e->lo = _mm256_set1_epi8((char)quant->act_min);
   e->hi = _mm256_set1_epi8((char)quant->act_max);
@@ -375,16 +398,29 @@ static void b8_block_epilogue_load(const b8_requant_params* quant, int32_t oc0, 
   e->order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 }
 
+/* The exact output stage of channels 8h .. 8h + 7 of the block, plus the zero point. */
+static __m256i b8_block_exact(const b8_block_epilogue* e, __m256i acc, int h) {
+  const __m256i right = _mm256_sub_epi32(_mm256_set1_epi32(31), _mm256_loadu_si256((const __m256i*)(e->shift + 8 * h)));
+  return _mm256_add_epi32(b8_requantize_x8(acc, _mm256_loadu_si256((const __m256i*)(e->multiplier + 8 * h)), right),
+                          e->zero_point);
+}
+
 /* Requantizes two pixels' 16 channels (p0, p1: pixel p's channels 0-7 and 8-15; q0, q1: q's),
- * adds the zero point and packs them into 32 int8: p's 16 channels, then q's, clamped. The
+ * adds the zero point and packs them into 32 int8: p's 16 channels, then q's, clamped. The float
+ * estimate does it unless a lane is unsure; then the integer path redoes all four. The
  * saturating int32 -> int16 -> int8 packs are the clamp to [-128, 127]; act_min / act_max follow
  * on bytes. */
 B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1) {
-  p0 = _mm256_add_epi32(b8_requantize_x8(p0, e->multiplier[0], e->right[0]), e->zero_point);
-  p1 = _mm256_add_epi32(b8_requantize_x8(p1, e->multiplier[1], e->right[1]), e->zero_point);
-  q0 = _mm256_add_epi32(b8_requantize_x8(q0, e->multiplier[0], e->right[0]), e->zero_point);
-  q1 = _mm256_add_epi32(b8_requantize_x8(q1, e->multiplier[1], e->right[1]), e->zero_point);
-  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(p0, p1), _mm256_packs_epi32(q0, q1));
+  __m256i unsure = _mm256_setzero_si256();
+  __m256i y0 = b8_estimate_x8(p0, &e->estimate[0], &unsure), y1 = b8_estimate_x8(p1, &e->estimate[1], &unsure);
+  __m256i y2 = b8_estimate_x8(q0, &e->estimate[0], &unsure), y3 = b8_estimate_x8(q1, &e->estimate[1], &unsure);
+  if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
+    y0 = b8_block_exact(e, p0, 0);
+    y1 = b8_block_exact(e, p1, 1);
+    y2 = b8_block_exact(e, q0, 0);
+    y3 = b8_block_exact(e, q1, 1);
+  }
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(y0, y1), _mm256_packs_epi32(y2, y3));
   const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, e->order);
   return _mm256_min_epi8(_mm256_max_epi8(ordered, e->lo), e->hi);
 }
@@ -496,10 +532,13 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
     for (int32_t oc = 0; oc < out_c; ++oc) start[oc] -= 128 * sums[oc];
   }
 #endif
-  /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case). */
-  /* Shift-only requantization (multiplier NULL: power-of-two scales) takes the scalar epilogue. */
+  /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case); its estimate's
+   * constants are prepared here for the whole call. Shift-only requantization (multiplier NULL:
+   * power-of-two scales) takes the scalar epilogue. */
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
+  float* table = (float*)(start + padded_c); /* scale, then the two offsets, padded_c each */
+  if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + padded_c, table + 2 * padded_c);
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
@@ -566,12 +605,12 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       /* Whole blocks of 32 (or a last block of exactly 16) channels requantize in registers. */
       const int fused = vector_epilogue && (channels == 32 || channels == 16);
       b8_block_epilogue e;
-      if (fused) b8_block_epilogue_load(quant, oc0, channels, &e);
+      if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, channels, &e);
 #else
       /* Whole blocks of 16 channels requantize in registers. */
       const int fused = vector_epilogue && channels == 16;
       b8_block_epilogue e;
-      if (fused) b8_block_epilogue_load(quant, oc0, &e);
+      if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, &e);
 #endif
       for (int32_t t = 0; t < tiles; ++t) {
         const int64_t first = chunk + t * B8_TILE_PIXELS;
@@ -593,13 +632,21 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         if (vector_epilogue) {
           for (int32_t half = 0; half < channels; half += 8) {
             const int32_t oc = oc0 + half;
-            const __m256i mult = _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc));
-            const __m256i right = _mm256_sub_epi32(
-                thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
+            b8_estimate_x8_params estimate;
+            estimate.scale = _mm256_loadu_ps(table + oc);
+            estimate.offset_nonnegative = _mm256_loadu_ps(table + padded_c + oc);
+            estimate.offset_negative = _mm256_loadu_ps(table + 2 * padded_c + oc);
             for (int32_t p = 0; p < count; ++p) {
               const __m256i sum = _mm256_loadu_si256((const __m256i*)(acc[p] + half));
-              b8_store_s8x8(out + (int64_t)p * out_c + oc,
-                            _mm256_add_epi32(b8_requantize_x8(sum, mult, right), zero_point), lo, hi);
+              __m256i unsure = _mm256_setzero_si256();
+              __m256i y = b8_estimate_x8(sum, &estimate, &unsure);
+              if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
+                const __m256i right = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
+                y = _mm256_add_epi32(
+                    b8_requantize_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right),
+                    zero_point);
+              }
+              b8_store_s8x8(out + (int64_t)p * out_c + oc, y, lo, hi);
             }
           }
           continue;
@@ -616,9 +663,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 #if B8_USE_AVX2
-  /* A tile of patches, a patch of the pad value, and the tiles' starting bias per channel. */
+  /* A tile of patches, a patch of the pad value, and per channel the tiles' starting bias and the
+   * output stage's three float constants. */
   return (B8_TILE_PIXELS + 1) * filter_dims->h * b8_patch_row(filter_dims) +
-         4 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
+         16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 #else
   return filter_dims->h * filter_dims->w * filter_dims->c;
 #endif

@@ -110,6 +110,74 @@ B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i righ
 #endif
 }
 
+/* The output stage in float, where it is provably exact: b8_requantize(acc, M, shift) plus the
+ * zero point, for shift <= 0, from one fused multiply-add, with a check that sends the rare lanes
+ * near a rounding boundary to the integer path (about 1 in 2000; the caller redoes the vector).
+ * Why it is exact: with e = -shift and r = acc x M / 2^(31 + e) (real), each rounding is
+ * floor(T) for T = r + zero_point + 1/2 (+ sign(acc x M) x 2^-(e + 1) for TFLite's two roundings
+ * when e >= 1: rounding h = floor(acc x M / 2^31 + 1/2) by 2^e, ties away from zero, is
+ * floor(r + 1/2 + 2^-(e + 1)) for h >= 0 and floor(r + 1/2 - 2^-(e + 1)) for h < 0), except
+ * where T is an integer (a tie, which the roundings break differently). In float, below =
+ * acc x scale + offset is T - 2^-12 within 2^-13 (the rounding of acc, of scale and of the sum,
+ * 2^-24 relative each, on |r| < 2^9 wherever the result is not clamped anyway; the offset's own,
+ * 2^-16), and above = below + 2^-11: when floor(below) = floor(above), T lies between them and
+ * floor(T) is that integer. Values at 2^24 and beyond are held there (they clamp; 2^31 would not
+ * convert). The floors are explicit; the AVX-512 code states round-to-nearest in its conversion
+ * and multiply-add too, and the AVX2 code takes it from MXCSR (its default, which TVM and PyTorch
+ * keep). */
+#define B8_ESTIMATE_MARGIN 0.000244140625f /* 2^-12 */
+#define B8_ESTIMATE_LIMIT 16777216.0f      /* 2^24 */
+
+/* The per-lane constants of the estimate: the factor M x 2^(shift - 31), and the offsets
+ * zero_point + 1/2 - 2^-12 +- the TFLite nudge for acc >= 0 and acc < 0. */
+typedef struct {
+  __m256 scale, offset_nonnegative, offset_negative;
+} b8_estimate_x8_params;
+
+B8_INLINE void b8_estimate_prepare_x8(__m256i multiplier, __m256i shift, int32_t zero_point,
+                                      b8_estimate_x8_params* p) {
+  /* 2^(shift - 31) as float bits (shift >= -31: a normal number) */
+  const __m256i power = _mm256_slli_epi32(_mm256_add_epi32(shift, _mm256_set1_epi32(96)), 23);
+  p->scale = _mm256_mul_ps(_mm256_cvtepi32_ps(multiplier), _mm256_castsi256_ps(power));
+  const __m256 base = _mm256_set1_ps((float)zero_point + 0.5f - B8_ESTIMATE_MARGIN);
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  /* 2^(shift - 1) with M's sign where shift <= -1, else 0 */
+  const __m256i nudge_bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(shift, _mm256_set1_epi32(126)), 23),
+                                             _mm256_and_si256(multiplier, _mm256_set1_epi32(INT32_MIN)));
+  const __m256 nudge = _mm256_castsi256_ps(_mm256_and_si256(nudge_bits, _mm256_cmpgt_epi32(_mm256_setzero_si256(), shift)));
+  p->offset_nonnegative = _mm256_add_ps(base, nudge);
+  p->offset_negative = _mm256_sub_ps(base, nudge);
+#else
+  p->offset_nonnegative = p->offset_negative = base;
+#endif
+}
+
+/* The estimate on 8 lanes; lanes where it may be wrong are set in *unsure (all ones). */
+B8_INLINE __m256i b8_estimate_x8(__m256i acc, const b8_estimate_x8_params* p, __m256i* unsure) {
+  const __m256 x = _mm256_cvtepi32_ps(acc);
+  const __m256 offset = _mm256_blendv_ps(p->offset_nonnegative, p->offset_negative, x); /* by x's sign */
+  const __m256 below = _mm256_min_ps(_mm256_fmadd_ps(x, p->scale, offset), _mm256_set1_ps(B8_ESTIMATE_LIMIT));
+  const __m256 above = _mm256_add_ps(below, _mm256_set1_ps(2 * B8_ESTIMATE_MARGIN));
+  const __m256 low = _mm256_round_ps(below, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m256 high = _mm256_round_ps(above, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  *unsure = _mm256_or_si256(*unsure, _mm256_castps_si256(_mm256_cmp_ps(low, high, _CMP_NEQ_UQ)));
+  return _mm256_cvttps_epi32(low);
+}
+
+/* The estimate's constants of channels [0, count) (count a multiple of 8, every shift <= 0) as
+ * three float arrays, for kernels that prepare them once per call. */
+B8_INLINE void b8_estimate_table(const b8_requant_params* quant, int32_t count, float* scale,
+                                 float* offset_nonnegative, float* offset_negative) {
+  for (int32_t oc = 0; oc < count; oc += 8) {
+    b8_estimate_x8_params p;
+    b8_estimate_prepare_x8(_mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)),
+                           _mm256_loadu_si256((const __m256i*)(quant->shift + oc)), quant->output_zero_point, &p);
+    _mm256_storeu_ps(scale + oc, p.scale);
+    _mm256_storeu_ps(offset_nonnegative + oc, p.offset_nonnegative);
+    _mm256_storeu_ps(offset_negative + oc, p.offset_negative);
+  }
+}
+
 /* Clamps 8 int32 lanes and stores them as 8 int8. */
 B8_INLINE void b8_store_s8x8(int8_t* out, __m256i v, __m256i lo, __m256i hi) {
   v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
@@ -194,6 +262,42 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
   return b8_interleave_low_x16(even, odd);
 #endif
 #endif
+}
+
+/* b8_estimate_x8's constants and estimate on 16 lanes (floor by the conversion's own rounding). */
+typedef struct {
+  __m512 scale, offset_nonnegative, offset_negative;
+} b8_estimate_x16_params;
+
+B8_INLINE void b8_estimate_prepare_x16(__m512i multiplier, __m512i shift, int32_t zero_point,
+                                       b8_estimate_x16_params* p) {
+  const __m512i power = _mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(96)), 23);
+  p->scale = _mm512_mul_ps(_mm512_cvt_roundepi32_ps(multiplier, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                           _mm512_castsi512_ps(power));
+  const __m512 base = _mm512_set1_ps((float)zero_point + 0.5f - B8_ESTIMATE_MARGIN);
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  const __m512i nudge_bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(126)), 23),
+                                             _mm512_and_si512(multiplier, _mm512_set1_epi32(INT32_MIN)));
+  const __m512 nudge = _mm512_castsi512_ps(
+      _mm512_maskz_mov_epi32(_mm512_cmplt_epi32_mask(shift, _mm512_setzero_si512()), nudge_bits));
+  p->offset_nonnegative = _mm512_add_ps(base, nudge);
+  p->offset_negative = _mm512_sub_ps(base, nudge);
+#else
+  p->offset_nonnegative = p->offset_negative = base;
+#endif
+}
+
+B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, __mmask16* unsure) {
+  const __m512 x = _mm512_cvt_roundepi32_ps(acc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 offset = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(acc, _mm512_setzero_si512()),
+                                             p->offset_nonnegative, p->offset_negative);
+  const __m512 below = _mm512_min_ps(_mm512_fmadd_round_ps(x, p->scale, offset, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                     _mm512_set1_ps(B8_ESTIMATE_LIMIT));
+  const __m512 above = _mm512_add_ps(below, _mm512_set1_ps(2 * B8_ESTIMATE_MARGIN));
+  const __m512i low = _mm512_cvt_roundps_epi32(below, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i high = _mm512_cvt_roundps_epi32(above, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  *unsure = (__mmask16)(*unsure | _mm512_cmpneq_epi32_mask(low, high));
+  return low;
 }
 
 /* b8_small_rescale on 16 lanes of differences. */
