@@ -47,7 +47,8 @@ static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8
  * (16 int32 lanes with AVX-512, 8 with AVX2). Each tap's int8 inputs and weights are widened to
  * int32 and multiplied and summed in int32 lanes (|x w| <= 128 x 127, exact): the accumulator is
  * the portable one (int32 sums in another order: the same bits), and so is the output stage
- * (b8_requantize_x16 / _x8 while the block's shifts are <= 0, else b8_output_s8 lane by lane).
+ * (while the block's shifts are <= 0, the float estimate of internal.h, or b8_requantize_x16 / _x8
+ * where it is unsure; else b8_output_s8 lane by lane).
  * AVX-512 masks the last partial block; AVX2 runs its last block over the last 8 channels
  * (overlapping the one before: the same bytes again), and fewer than 8 channels go to the
  * portable code. */
@@ -68,9 +69,17 @@ B8_INLINE int b8_dw_any_positive(b8_dw_vec v, b8_dw_mask m) {
   return _mm512_mask_cmpgt_epi32_mask(m, v, _mm512_setzero_si512()) != 0;
 }
 B8_INLINE void b8_dw_spill(int32_t* lanes, b8_dw_vec v) { _mm512_storeu_si512((void*)lanes, v); }
-B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, b8_dw_vec multiplier, b8_dw_vec right,
-                            b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
-  const __m512i y = _mm512_add_epi32(b8_requantize_x16(acc, multiplier, right), zero_point);
+typedef b8_estimate_x16_params b8_dw_estimate;
+B8_INLINE void b8_dw_estimate_prepare(b8_dw_vec multiplier, b8_dw_vec shift, int32_t zero_point, b8_dw_estimate* p) {
+  b8_estimate_prepare_x16(multiplier, shift, zero_point, p);
+}
+/* The float estimate, or the exact path where a lane is unsure (internal.h). */
+B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* estimate, b8_dw_vec multiplier,
+                            b8_dw_vec right, b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
+  __mmask16 unsure = 0;
+  __m512i y = b8_estimate_x16(acc, estimate, &unsure);
+  if (__builtin_expect((unsure & m) != 0, 0))
+    y = _mm512_add_epi32(b8_requantize_x16(acc, multiplier, right), zero_point);
   b8_store_s8x16_masked(out, y, lo, hi, m);
 }
 /* Three rows' bytes of 16 channels side by side in each int32 lane: byte 0 from r0, 1 from r1,
@@ -103,10 +112,18 @@ B8_INLINE int b8_dw_any_positive(b8_dw_vec v, b8_dw_mask m) {
   return _mm256_movemask_epi8(_mm256_cmpgt_epi32(v, _mm256_setzero_si256())) != 0;
 }
 B8_INLINE void b8_dw_spill(int32_t* lanes, b8_dw_vec v) { _mm256_storeu_si256((__m256i*)lanes, v); }
-B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, b8_dw_vec multiplier, b8_dw_vec right,
-                            b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
+typedef b8_estimate_x8_params b8_dw_estimate;
+B8_INLINE void b8_dw_estimate_prepare(b8_dw_vec multiplier, b8_dw_vec shift, int32_t zero_point, b8_dw_estimate* p) {
+  b8_estimate_prepare_x8(multiplier, shift, zero_point, p);
+}
+B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* estimate, b8_dw_vec multiplier,
+                            b8_dw_vec right, b8_dw_vec zero_point, b8_dw_vec lo, b8_dw_vec hi, b8_dw_mask m) {
   (void)m;
-  b8_store_s8x8(out, _mm256_add_epi32(b8_requantize_x8(acc, multiplier, right), zero_point), lo, hi);
+  __m256i unsure = _mm256_setzero_si256();
+  __m256i y = b8_estimate_x8(acc, estimate, &unsure);
+  if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))
+    y = _mm256_add_epi32(b8_requantize_x8(acc, multiplier, right), zero_point);
+  b8_store_s8x8(out, y, lo, hi);
 }
 #endif
 enum { B8_DW_MAX_TAPS = 64 }; /* kernels up to this many taps keep the block's weights widened */
@@ -114,17 +131,18 @@ enum { B8_DW_PIXELS = 4 };    /* interior pixels computed together (3 wide kerne
 
 /* The output stage of a block of channels. */
 typedef struct {
+  b8_dw_estimate estimate;
   b8_dw_vec multiplier, right, zero_point, lo, hi;
   b8_dw_mask mask;
   int32_t oc, lanes; /* the block's first channel and how many it writes */
-  int vector;        /* every shift of the block <= 0: b8_requantize_x16 / _x8 are exact */
+  int vector;        /* every shift of the block <= 0: the estimate and b8_requantize_x16 / _x8 apply */
 } b8_dw_block;
 
 B8_INLINE void b8_depthwise_output(const b8_dw_block* block, const b8_requant_params* quant, b8_dw_vec acc,
                                    int8_t* out) {
   if (block->vector) {
-    b8_dw_output(out, acc, block->multiplier, block->right, block->zero_point, block->lo, block->hi,
-                 block->mask);
+    b8_dw_output(out, acc, &block->estimate, block->multiplier, block->right, block->zero_point, block->lo,
+                 block->hi, block->mask);
   } else {
     int32_t sums[B8_DW_LANES];
     b8_dw_spill(sums, acc);
@@ -180,6 +198,7 @@ B8_INLINE void b8_depthwise_run(const b8_conv_params* conv, const b8_requant_par
     block.multiplier = b8_dw_load_s32(quant->multiplier + oc, mask);
     block.right = b8_dw_sub(thirty_one, shift);
     block.vector = !b8_dw_any_positive(shift, mask);
+    b8_dw_estimate_prepare(block.multiplier, shift, quant->output_zero_point, &block.estimate); /* used if vector */
 #if B8_USE_AVX512VNNI
     /* 3x3 kernels (any row dilation), stride 1 or 2 across, every row inside the input: the
      * interior pixels by vpdpbusd, 4 bytes per lane. Each input column of the three rows is
