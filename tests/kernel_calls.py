@@ -162,8 +162,8 @@ def _covered(case: dict, total: int) -> np.ndarray:
 def conv2d_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a kernel
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
-    tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), or their
-    rows read in place or gathered, signed or unsigned inputs and
+    tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), as the
+    input's pixels (pointwise), or their rows read in place or gathered, signed or unsigned inputs and
     the epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for
     VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
@@ -183,6 +183,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     packed = -(-cout // tile_channels) * tile_channels * kh * row
     per_tap = cin % 4 == 0 and kh * kw <= MAX_SEGMENTS and packed > CHUNK_WEIGHT_BYTES
     in_place = not per_tap and dw == 1 and kh <= MAX_SEGMENTS
+    # 1x1, stride 1, no padding, whole 4-byte steps: each pixel's patch is its input pixel.
+    pointwise = (kh, kw, sh, sw, case["padding"][0], left) == (1, 1, 1, 1, 0, 0) and (h, w) == (oh, ow) and cin % 4 == 0
     tiles = 0
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
@@ -193,6 +195,9 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
             # Every tap read in place (the pad value's bytes outside the input), tiles in chunks.
             paths |= {"per tap"} if end > begin else set()
             paths |= {"several tiles per chunk"} if end - begin > tile_pixels else set()
+        if pointwise:
+            paths |= {"pointwise"} if end > begin else set()
+        if per_tap or pointwise:
             continue
         pixel = np.arange(begin, max(begin, end))
         ix0 = pixel % ow * sw - left

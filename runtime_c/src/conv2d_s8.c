@@ -518,6 +518,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int32_t segments = per_tap ? k_h * k_w : per_row ? k_h : 1;
   const int32_t seg_len = per_tap ? in_c : per_row ? row_len : depth;
   const int32_t chunk_tiles = per_tap ? B8_CHUNK_TILES : 1;
+  /* 1x1, stride 1, no padding (most of MobileNet's convolutions): pixel p's patch is the input's
+   * pixel p, whatever its coordinates (in_c a multiple of 4: no read past the input). */
+  const int pointwise = k_h == 1 && k_w == 1 && conv->stride_h == 1 && conv->stride_w == 1 && conv->pad_top == 0 &&
+                        conv->pad_left == 0 && input_dims->h == out_h && input_dims->w == out_w && in_c % 4 == 0;
   const int32_t last_row_offset = (k_h - 1) * conv->dilation_h; /* of a window's last row, in input rows */
   const int64_t row_stride = (int64_t)conv->dilation_h * in_w * in_c;
   const int8_t* segment[B8_CHUNK_TILES][B8_MAX_SEGMENTS][B8_TILE_PIXELS];
@@ -552,6 +556,12 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
     const int32_t tiles = (int32_t)((chunk_end - chunk + B8_TILE_PIXELS - 1) / B8_TILE_PIXELS);
     for (int32_t t = 0; t < tiles; ++t) {
       const int8_t* (*tile_segment)[B8_TILE_PIXELS] = segment[t];
+      if (pointwise) {
+        const int64_t first = chunk + t * B8_TILE_PIXELS;
+        for (int32_t p = 0; p < B8_TILE_PIXELS; ++p)
+          tile_segment[0][p] = first + p < chunk_end ? input + (first + p) * in_c : padding;
+        continue;
+      }
       for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
         if (chunk + t * B8_TILE_PIXELS + p >= chunk_end) { /* past the last pixel: any readable bytes do */
           for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = padding;
