@@ -74,6 +74,26 @@ def expected_calls(q) -> list[tuple[str, str, float]]:
     return calls
 
 
+def fold_images(records: list[tuple[str, int]], qgraphs: dict) -> list[tuple[str, int]]:
+    """One run's log with each region's calls summed per node: a region of a batch whose images
+    never mix runs its calls once per image (byoc_int8.codegen.emit_c.split_images)."""
+    folded, i = [], 0
+    while i < len(records):
+        symbol = records[i][0]
+        if symbol not in qgraphs:
+            raise SystemExit(f"unexpected record {symbol!r} at {i}")
+        end = next((j for j in range(i + 1, len(records)) if records[j][0] == "region_total"), None)
+        nodes = len(expected_calls(qgraphs[symbol]))
+        if end is None or not nodes or (end - i - 1) % nodes:
+            raise SystemExit(f"region {symbol}: {len(records) if end is None else end - i - 1} calls logged "
+                             f"for {nodes} nodes")
+        calls = records[i + 1:end]
+        folded += [records[i], *((calls[j][0], sum(t for _, t in calls[j::nodes])) for j in range(nodes)),
+                   records[end]]
+        i = end + 1
+    return folded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="mobilenet_v2,squeezenet1_1")
@@ -123,7 +143,7 @@ def main() -> None:
             total = time.perf_counter_ns() - start
             del out
             count = lib.b8_profile_read(names, ns, capacity)
-            return total, [(names[i].decode(), ns[i]) for i in range(count)]
+            return total, fold_images([(names[i].decode(), ns[i]) for i in range(count)], qgraphs)
 
         def prepare(n: int) -> None:
             configure(1, n)

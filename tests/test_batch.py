@@ -43,3 +43,40 @@ def test_a_batch_compiled_model_equals_its_batch_1_build_image_by_image():
         assert np.array_equal(out[i : i + 1], single.run(calibration[i : i + 1])), i
     report = evaluate(batched, model, calibration[:5], latency_runs=1, layers=[])
     assert report["bit_exact"] and report["eval_inputs"] == 5 and report["batch"] == 4
+
+
+def _regions(compiled) -> dict:
+    from byoc_int8 import reference
+
+    return reference.quantized_regions(compiled.module)
+
+
+def test_a_batch_runs_image_by_image_where_images_never_mix():
+    """A region of N images that never mix runs as N one-image runs (each image's activations stay
+    in cache) and gives the batch's results bit for bit; a region whose values do not all lead with
+    the N images, or with an op not known to keep them apart, keeps whole-batch layers."""
+    import dataclasses
+
+    from byoc_int8.codegen import emit_c
+
+    torch.manual_seed(0)
+    calibration = np.random.default_rng(0).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(128, 5)).eval()
+    batched = compile_model(model, calibration, example_inputs=(torch.from_numpy(calibration[:4]),))
+    (symbol, qgraph), = _regions(batched).items()
+    images, one = emit_c.split_images(qgraph)
+    assert images == 4 and all(shape[0] == 1 for shape in one.graph.shapes.values())
+    assert [q.op for q in one.nodes] == [q.op for q in qgraph.nodes]
+    assert f"{symbol}_image(image_inputs" in emit_c.emit_module([(symbol, qgraph)], simd="portable")
+    report = evaluate(batched, model, calibration[:8], latency_runs=1, layers=[])
+    assert report["bit_exact"] and report["batch"] == 4
+
+    mixed = dataclasses.replace(qgraph, graph=dataclasses.replace(
+        qgraph.graph, shapes={**qgraph.graph.shapes, qgraph.graph.outputs[0]: (1, 20)}))
+    assert emit_c.split_images(mixed) is None
+    unknown = dataclasses.replace(qgraph, nodes=[dataclasses.replace(
+        qgraph.nodes[0], node=dataclasses.replace(qgraph.nodes[0].node, op="pad"))] + qgraph.nodes[1:])
+    assert emit_c.split_images(unknown) is None
+    assert f"{symbol}_image(" not in emit_c.emit_module([(symbol, mixed)], simd="portable")

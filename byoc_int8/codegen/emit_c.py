@@ -16,6 +16,7 @@ through that header's scheduler functions, and filters through ``b8_model_filter
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -185,6 +186,51 @@ def moves_no_bytes(q: QNode) -> bool:
     if q.op == "reshape":
         return q.params["to_logical"] is None and q.params["to_stored"] is None
     return q.op == "transpose" and q.params["transpose"] is None
+
+
+# Ops whose kernels treat the leading dimension as images that never mix; their parameters that
+# count the images (concat's `outer`, the layout ops' transposes) are adjusted to one.
+IMAGEWISE_OPS = {"conv2d", "dense", "add", "mul", "clip", "lut", "max_pool2d", "avg_pool2d",
+                 "global_avg_pool2d", "concat", "reshape", "transpose"}
+
+
+def split_images(qgraph: QGraph) -> tuple[int, QGraph] | None:
+    """(N, the same region for one image) when the region runs N > 1 images that never mix: every
+    value's leading dimension is N and every op works image by image (IMAGEWISE_OPS); else None.
+    A batch then runs as N runs of the one-image code over one arena: each image's layers find its
+    activations in cache, where a batch's (N times as large) would not fit."""
+    g = qgraph.graph
+    images = {shape[0] if shape else None for shape in g.shapes.values()}
+    if len(images) != 1 or None in images or images == {1}:
+        return None
+    n = images.pop()
+    def one_image(step: tuple | None) -> tuple | None:
+        """A layout op's (shape, permutation) for one image, if it keeps the images first."""
+        if step is None:
+            return None
+        shape, perm = step
+        if shape[0] != n or perm[0] != 0:
+            raise ValueError("moves the images")
+        return (1, *shape[1:]), perm
+
+    nodes = []
+    for q in qgraph.nodes:
+        if q.op not in IMAGEWISE_OPS:
+            return None
+        params = q.params
+        if q.op == "concat":
+            if params["outer"] % n:  # joined along the images
+                return None
+            params = {**params, "outer": params["outer"] // n}
+        try:
+            for key in ("transpose", "to_logical", "to_stored"):
+                if q.op in ("reshape", "transpose") and key in params:
+                    params = {**params, key: one_image(params[key])}
+        except ValueError:
+            return None
+        nodes.append(dataclasses.replace(q, params=params))
+    graph = dataclasses.replace(g, shapes={v: (1, *shape[1:]) for v, shape in g.shapes.items()})
+    return n, dataclasses.replace(qgraph, graph=graph, nodes=nodes)
 
 
 def scratch_bytes(qgraph: QGraph) -> int:
@@ -453,9 +499,59 @@ class RegionEmitter:
         ``static int <symbol>_run(const void* const* inputs, void* const* outputs, int8_t* arena,
         int32_t int8_io, int32_t* where)``, which returns a B8_MODEL_* status (with the failing
         node or input in ``*where``). With `int8_io`, float interface tensors are passed as int8
-        codes in their quantization instead (the standalone ``model_run_int8``)."""
+        codes in their quantization instead (the standalone ``model_run_int8``).
+
+        For TVM, a region of N images that never mix (:func:`split_images`) becomes
+        ``<symbol>_image`` for one image and a ``<symbol>_run`` that calls it per image; the
+        standalone C keeps whole-batch layers (its golden vectors and layer hook see each layer
+        once)."""
+        split = split_images(self.q) if self.target == "tvm" else None
+        whole = self.q
+        if split:
+            self.q, self.g = split[1], split[1].graph
+        try:
+            code = self._emit_run(f"{self.symbol}_image" if split else f"{self.symbol}_run")
+        finally:
+            self.q, self.g = whole, whole.graph
+        if split:
+            code += "\n" + self._image_loop(split[0])
+        return code
+
+    def _image_loop(self, images: int) -> str:
+        """``<symbol>_run`` for `images` images: ``<symbol>_image`` on each one's slice of every
+        interface tensor (float ones are int8 codes with int8_io)."""
+        def slices(values: list[int], dtypes: list[str], array: str, const: str) -> str:
+            parts = []
+            for i, (v, dtype) in enumerate(zip(values, dtypes)):
+                per_image = math.prod(self.g.shapes[v]) // images
+                width = "1" if dtype == "int8" else "(int8_io ? 1 : 4)"
+                parts.append(f"({const}int8_t*){array}[{i}] + (int64_t)image * {per_image} * {width}")
+            return ", ".join(parts)
+
+        n_in, n_out = len(self.g.inputs), len(self.g.outputs)
+        in_dtypes = [self.g.input_dtype(i) for i in range(n_in)]
+        out_dtypes = [self.g.output_dtype(i) for i in range(n_out)]
+        sym = self.symbol
+        return "\n".join([
+            f"/* {images} images one after another: each runs its layers while its activations are in cache. */",
+            f"static int {sym}_run(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, "
+            "int32_t* where) {",
+            f"  for (int32_t image = 0; image < {images}; ++image) {{",
+            f"    const void* const image_inputs[{n_in}] = {{{slices(self.g.inputs, in_dtypes, 'inputs', 'const ')}}};",
+            f"    void* const image_outputs[{n_out}] = {{{slices(self.g.outputs, out_dtypes, 'outputs', '')}}};",
+            f"    const int status = {sym}_image(image_inputs, image_outputs, arena, int8_io, where);",
+            "    if (status != B8_MODEL_OK) return status;",
+            "  }",
+            "  (void)int8_io;",
+            "  return B8_MODEL_OK;",
+            "}",
+            "",
+        ])
+
+    def _emit_run(self, name: str) -> str:
+        """The run function `name` of self.q (see emit)."""
         self.plan = plan = plan_memory(self.q, scratch_bytes(self.q))
-        self.body.append(f"static int {self.symbol}_run(const void* const* inputs, void* const* outputs, int8_t* arena, "
+        self.body.append(f"static int {name}(const void* const* inputs, void* const* outputs, int8_t* arena, "
                          "int32_t int8_io, int32_t* where) {")
         for i, v in enumerate(self.g.inputs):
             if self.g.input_dtype(i) == "int8":
