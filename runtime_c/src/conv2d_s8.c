@@ -176,7 +176,7 @@ static __m512i b8_block_exact(const b8_block_epilogue* e, __m512i acc, int h) {
 
 /* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
  * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The float estimate
- * does it unless a lane is unsure; then the integer path redoes all four.  The int32 -> int16 ->
+ * does it unless a lane is unsure; then the integer path redoes all four. The int32 -> int16 ->
  * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
 B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha, __m512i b, int hb,
                                   __m512i c, int hc, __m512i d, int hd) {
