@@ -204,6 +204,7 @@ def split_images(qgraph: QGraph) -> tuple[int, QGraph] | None:
     if len(images) != 1 or None in images or images == {1}:
         return None
     n = images.pop()
+
     def one_image(step: tuple | None) -> tuple | None:
         """A layout op's (shape, permutation) for one image, if it keeps the images first."""
         if step is None:
