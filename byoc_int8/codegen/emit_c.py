@@ -204,16 +204,6 @@ def split_images(qgraph: QGraph) -> tuple[int, QGraph] | None:
     if len(images) != 1 or None in images or images == {1}:
         return None
     n = images.pop()
-
-    def one_image(step: tuple | None) -> tuple | None:
-        """A layout op's (shape, permutation) for one image, if it keeps the images first."""
-        if step is None:
-            return None
-        shape, perm = step
-        if shape[0] != n or perm[0] != 0:
-            raise ValueError("moves the images")
-        return (1, *shape[1:]), perm
-
     nodes = []
     for q in qgraph.nodes:
         if q.op not in IMAGEWISE_OPS:
@@ -223,12 +213,13 @@ def split_images(qgraph: QGraph) -> tuple[int, QGraph] | None:
             if params["outer"] % n:  # joined along the images
                 return None
             params = {**params, "outer": params["outer"] // n}
-        try:
-            for key in ("transpose", "to_logical", "to_stored"):
-                if q.op in ("reshape", "transpose") and key in params:
-                    params = {**params, key: one_image(params[key])}
-        except ValueError:
-            return None
+        for key in ("transpose", "to_logical", "to_stored") if q.op in ("reshape", "transpose") else ():
+            if params.get(key) is None:
+                continue
+            shape, perm = params[key]  # a transpose of the stored array: it must keep the images first
+            if shape[0] != n or perm[0] != 0:
+                return None
+            params = {**params, key: ((1, *shape[1:]), perm)}
         nodes.append(dataclasses.replace(q, params=params))
     graph = dataclasses.replace(g, shapes={v: (1, *shape[1:]) for v, shape in g.shapes.items()})
     return n, dataclasses.replace(qgraph, graph=graph, nodes=nodes)

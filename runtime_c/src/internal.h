@@ -269,22 +269,19 @@ typedef struct {
   __m512 scale, offset_nonnegative, offset_negative;
 } b8_estimate_x16_params;
 
+/* The 16-lane constants: b8_estimate_prepare_x8 on each half (one definition of them). */
 B8_INLINE void b8_estimate_prepare_x16(__m512i multiplier, __m512i shift, int32_t zero_point,
                                        b8_estimate_x16_params* p) {
-  const __m512i power = _mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(96)), 23);
-  p->scale = _mm512_mul_ps(_mm512_cvt_roundepi32_ps(multiplier, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                           _mm512_castsi512_ps(power));
-  const __m512 base = _mm512_set1_ps((float)zero_point + 0.5f - B8_ESTIMATE_MARGIN);
-#if B8_ROUNDING == B8_ROUND_TFLITE
-  const __m512i nudge_bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(shift, _mm512_set1_epi32(126)), 23),
-                                             _mm512_and_si512(multiplier, _mm512_set1_epi32(INT32_MIN)));
-  const __m512 nudge = _mm512_castsi512_ps(
-      _mm512_maskz_mov_epi32(_mm512_cmplt_epi32_mask(shift, _mm512_setzero_si512()), nudge_bits));
-  p->offset_nonnegative = _mm512_add_ps(base, nudge);
-  p->offset_negative = _mm512_sub_ps(base, nudge);
-#else
-  p->offset_nonnegative = p->offset_negative = base;
-#endif
+  b8_estimate_x8_params low, high;
+  b8_estimate_prepare_x8(_mm512_castsi512_si256(multiplier), _mm512_castsi512_si256(shift), zero_point, &low);
+  b8_estimate_prepare_x8(_mm512_extracti64x4_epi64(multiplier, 1), _mm512_extracti64x4_epi64(shift, 1), zero_point,
+                         &high);
+#define B8_JOIN(a, b) \
+  _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(a)), _mm256_castps_si256(b), 1))
+  p->scale = B8_JOIN(low.scale, high.scale);
+  p->offset_nonnegative = B8_JOIN(low.offset_nonnegative, high.offset_nonnegative);
+  p->offset_negative = B8_JOIN(low.offset_negative, high.offset_negative);
+#undef B8_JOIN
 }
 
 B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, __mmask16* unsure) {
