@@ -152,7 +152,8 @@ def test_work_split_over_threads_covers_odd_sizes():
     from pathlib import Path
 
     script = (
-        "import tvm, test_coverage\n"
+        "import torch, tvm, test_coverage\n"
+        "torch.manual_seed(0)  # the weights the seeded fixture gives in-process\n"
         "test_coverage.check_all_int8(test_coverage.OddAdd(), (1, 3, 3, 45))\n"
         "threads = tvm.get_global_func('runtime.NumThreads')()\n"
         "assert threads == 2, f'TVM runs {threads} thread(s)'\n"
