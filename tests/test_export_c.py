@@ -169,11 +169,13 @@ def test_layer_vectors_name_the_first_layer_with_an_injected_fault(tmp_path):
     # Corrupt one weight byte of the third convolution (a layer in the middle).
     faulty = [c["index"] for c in calls if c["op"] == "conv2d"][2]
     model_c = (tmp_path / "c" / "model.c").read_text()
-    name = f"{symbol}_n{faulty}_weight"
-    head, rest = model_c.split(f"{name}[", 1)
-    size, values = rest.split("] = {", 1)
-    first, tail = values.split(",", 1)
-    (tmp_path / "c" / "model.c").write_text(f"{head}{name}[{size}] = {{{(int(first) + 100 + 128) % 256 - 128},{tail}")
+    # Its weights are rows of string literals: the first byte is one character or an octal escape.
+    head, rest = model_c.split(f"{symbol}_n{faulty}_weight_rows[", 1)
+    size, literal = rest.split('] = {\n"', 1)
+    length = 4 if literal[0] == "\\" else 1
+    first = int(literal[1:4], 8) if length == 4 else ord(literal[0])
+    faulted = f"{head}{symbol}_n{faulty}_weight_rows[{size}] = {{\n\"\\{(first + 100) % 256:03o}{literal[length:]}"
+    (tmp_path / "c" / "model.c").write_text(faulted)
     subprocess.run(["gcc", *STRICT, *_sources(tmp_path / "c"), "-lm", "-o", str(binary)], check=True)
     found = subprocess.run([str(binary), "--layers", str(tmp_path / "vectors")], capture_output=True, text=True)
     assert found.returncode == 1

@@ -106,13 +106,15 @@ def default_simd() -> str:
     flags = cpu_flags()
     return next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
 
-def _c_bytes(data: np.ndarray) -> str:
-    """int8 data as C string literals (parsed far faster by the compiler than an int list)."""
+def _c_bytes(data: np.ndarray) -> list[str]:
+    """int8 data as C string literals of ROW_BYTES bytes each (the last may be shorter): the
+    compiler parses them far faster than an int list."""
     raw = data.astype(np.int8).tobytes()
-    lines = []
-    for start in range(0, len(raw), 96):
-        lines.append('"' + "".join(_ESCAPES[b] for b in raw[start : start + 96]) + '"')
-    return "\n".join(lines) if lines else '""'
+    return ['"' + "".join(_ESCAPES[b] for b in raw[start : start + ROW_BYTES]) + '"'
+            for start in range(0, len(raw), ROW_BYTES)]
+
+
+ROW_BYTES = 96
 
 
 def _escape(b: int) -> str:
@@ -270,8 +272,9 @@ TARGETS = ("tvm", "c99")
 
 class RegionEmitter:
     """Writes the C for one quantized region: its constants and ``<symbol>_run``, and for TVM its
-    ``__tvm_ffi_<symbol>`` entry. `target` "tvm": constants as string literals (C++ parses them
-    fast); "c99": as initializer lists (ISO C99 bounds a string literal's length)."""
+    ``__tvm_ffi_<symbol>`` entry. `target` "tvm": int8 constants as one string literal each (C++
+    parses them fast), aligned; "c99": as rows of short literals (ISO C99 bounds a literal's
+    length), wider constants as initializer lists."""
 
     def __init__(self, symbol: str, qgraph: QGraph, simd: str, target: str = "tvm"):
         if target not in TARGETS:
@@ -289,10 +292,18 @@ class RegionEmitter:
     def _const(self, tag: str, ctype: str, data: np.ndarray) -> str:
         name = f"{self.symbol}_{tag}"
         if ctype == "int8_t" and self.target == "tvm":
-            # Room for the literal's terminating NUL, which C++ requires.
+            # One literal (the rows concatenate), with room for its terminating NUL, which C++ requires.
             self.consts.append(
-                f"alignas({ALIGN}) static const int8_t {name}[{data.size + 1}] =\n{_c_bytes(data)};"
+                f"alignas({ALIGN}) static const int8_t {name}[{data.size + 1}] =\n" + "\n".join(_c_bytes(data) or ['""']) + ";"
             )
+        elif ctype == "int8_t" and data.size:
+            # C99 bounds a string literal's length, not an array's: one literal per row of a 2-D
+            # array of signed char (each row exactly ROW_BYTES long, so without its NUL), seen by
+            # the kernels as one flat int8_t array.
+            rows = -(-data.size // ROW_BYTES)
+            self.consts.append(f"static const signed char {name}_rows[{rows}][{ROW_BYTES}] = {{\n"
+                               + ",\n".join(_c_bytes(data)) + "};")
+            self.consts.append(f"static const int8_t* const {name} = (const int8_t*){name}_rows;")
         else:
             self.consts.append(f"static const {ctype} {name}[{data.size}] = {{{_c_ints(data)}}};")
         return name
