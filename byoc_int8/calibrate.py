@@ -327,7 +327,7 @@ def calibration_warnings(mod: tvm.IRModule) -> list[str]:
             if "weight" not in node.consts or "bias" not in node.consts:
                 continue
             s_in = qarith.activation_quant(*ranges[node.inputs[0]], fmt.activations, fmt.scales).scale
-            _, s_w = qarith.quantize_weights(node.consts["weight"], fmt)
+            s_w = qarith.weight_scales(node.consts["weight"], fmt)
             saturated = int((np.abs(node.consts["bias"].astype(np.float64).reshape(-1)) / (s_in * s_w) > 2**30).sum())
             if saturated:
                 warnings.append(f"{name}: {labels[node.output]}: the bias of {saturated} output channel(s) exceeds its "

@@ -327,19 +327,27 @@ def activation_quant(lo: float, hi: float, activations: str = "symmetric", scale
     return ActivationQuant(scale, zero_point)
 
 
-def quantize_weights(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 weights in [-127, 127] and one scale per output channel (axis 0): each
-    channel's own, or with per-tensor weights the tensor's, repeated; powers of two if the
-    format says so."""
-    flat = weights.reshape(weights.shape[0], -1).astype(np.float64)
-    abs_max = np.abs(flat).max(axis=1)
+def weight_scales(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) -> np.ndarray:
+    """One symmetric int8 scale per output channel (axis 0): each channel's own, or with
+    per-tensor weights the tensor's, repeated; powers of two if the format says so."""
+    # abs and max are exact in the weights' own type: no float64 copy of the whole tensor.
+    abs_max = np.abs(weights.reshape(weights.shape[0], -1)).max(axis=1).astype(np.float64)
     if fmt.weights == "per-tensor":
         abs_max = np.full_like(abs_max, abs_max.max(initial=0.0))
     scales = np.where(abs_max > 0, abs_max / WEIGHT_MAX, 1.0)
     if fmt.scales == "power-of-two":
         scales = np.array([power_of_two_above(s) for s in scales])
-    q = np.clip(np.rint(flat / scales[:, None]), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
-    return q.reshape(weights.shape), scales
+    return scales
+
+
+def quantize_weights(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights in [-127, 127] and their scales (weight_scales)."""
+    scales = weight_scales(weights, fmt)
+    q = weights.reshape(weights.shape[0], -1).astype(np.float64)
+    q /= scales[:, None]
+    np.rint(q, out=q)
+    np.clip(q, -WEIGHT_MAX, WEIGHT_MAX, out=q)
+    return q.astype(np.int8).reshape(weights.shape), scales
 
 
 def quantize_bias(bias: np.ndarray, input_scale: float, weight_scales: np.ndarray) -> np.ndarray:
