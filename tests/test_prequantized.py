@@ -23,12 +23,16 @@ TFLITE_CASES = [(name, float_io) for name in tflite_models.ARCHITECTURES for flo
 
 @pytest.fixture(scope="module")
 def tflite_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("tflite")
+    """Every .tflite model of this module, built at once: `<name>.tflite`, `<name>_fio.tflite`."""
+    directory = tmp_path_factory.mktemp("tflite")
+    cases = TFLITE_CASES + [("softmax_head", False)]
+    tflite_models.build_tflites([(n, directory / f"{n}{'_fio' if f else ''}.tflite", f) for n, f in cases])
+    return directory
 
 
 @pytest.mark.parametrize("name, float_io", TFLITE_CASES, ids=[f"{n}-{'float' if f else 'int8'}-io" for n, f in TFLITE_CASES])
 def test_tflite_model_is_bit_exact_with_the_tflite_reference_kernels(tflite_dir, name, float_io):
-    path = tflite_models.build_tflite(name, tflite_dir / f"{name}{'_fio' if float_io else ''}.tflite", float_io=float_io)
+    path = tflite_dir / f"{name}{'_fio' if float_io else ''}.tflite"
     compiled = compile_prequantized(path, tflite_dir / f"{path.stem}.so")
     assert compiled.ops_offloaded == compiled.ops_total and compiled.host_ops == [] and compiled.regions == 1
 
@@ -51,7 +55,7 @@ def test_tflite_model_is_bit_exact_with_the_tflite_reference_kernels(tflite_dir,
 
 def test_tflite_op_without_a_composite_is_listed_in_strict_mode(tflite_dir):
     """A softmax head: TFLite's int8 SOFTMAX has no int8 composite here."""
-    path = tflite_models.build_tflite("softmax_head", tflite_dir / "softmax_head.tflite")
+    path = tflite_dir / "softmax_head.tflite"
     with pytest.raises(Int8OnlyError, match=r"relax\.nn\.softmax.*no ccompiler pattern for relax\.nn\.softmax"):
         compile_prequantized(path, int8_only=True)
     compiled = compile_prequantized(path)  # by default the softmax runs on the host, in float
@@ -108,7 +112,7 @@ def test_onnxruntime_qdq_model_runs_within_an_lsb_of_onnxruntime(onnx_dir, name)
 
 
 def test_cli_runs_and_compiles_a_tflite_model(tflite_dir, tmp_path):
-    path = tflite_models.build_tflite("odd_valid", tflite_dir / "cli.tflite")
+    path = tflite_dir / "odd_valid.tflite"
     report_path = tmp_path / "report.json"
     assert cli.main(["run", "--model", str(path), "--num-eval", "4", "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())

@@ -269,12 +269,19 @@ def build_tflite(name: str, path: str | os.PathLike[str], float_io: bool = False
     The weights are random (He-normal kernels, small uniform biases) and calibration data is
     uniform in [-1, 1], so activations stay O(1).  Deterministic: the same name gives the same
     file.  Returns ``path`` as a :class:`~pathlib.Path`."""
-    path = Path(path)
-    command = [sys.executable, __file__, name, str(path)] + (["--float-io"] if float_io else [])
+    return build_tflites([(name, path, float_io)])[0]
+
+
+def build_tflites(cases: list[tuple[str, str | os.PathLike[str], bool]]) -> list[Path]:
+    """build_tflite for each (name, path, float_io), all in one child process (TensorFlow starts
+    once). Returns the paths."""
+    command = [sys.executable, __file__]
+    for name, path, float_io in cases:
+        command += ["--model", name, str(path), "1" if float_io else "0"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"building {name}.tflite failed:\n{done.stderr[-4000:]}")
-    return path
+        raise RuntimeError(f"building {', '.join(c[0] for c in cases)} failed:\n{done.stderr[-4000:]}")
+    return [Path(path) for _, path, _ in cases]
 
 
 ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "hardswish": "hard_swish"}
@@ -350,9 +357,8 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--activations"]:
         _write_activation_tflites(Path(sys.argv[2]))
         sys.exit(0)
-    parser = argparse.ArgumentParser(description="write one test .tflite model")
-    parser.add_argument("name")
-    parser.add_argument("path", type=Path)
-    parser.add_argument("--float-io", action="store_true")
-    args = parser.parse_args()
-    _write_tflite(args.name, args.path, args.float_io)
+    parser = argparse.ArgumentParser(description="write test .tflite models")
+    parser.add_argument("--model", nargs=3, action="append", required=True, metavar=("NAME", "PATH", "FLOAT_IO"),
+                        help="one model: its architecture, the file to write, 1 for float input and output")
+    for name, path, float_io in parser.parse_args().model:
+        _write_tflite(name, Path(path), float_io == "1")
