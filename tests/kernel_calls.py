@@ -107,6 +107,7 @@ SIGNATURES = {
     "b8_clip_s8": (i32, [i32, i32, i32, P(i8), P(i8)]),
     "b8_mul_s8": (i32, [ctypes.c_void_p, i32, i32, i32, i32, P(i8), P(i8), P(i8)]),
     "b8_lut_s8": (i32, [i32, P(i8), P(i8), P(i8)]),
+    "b8_pair_lut_s8": (i32, [i32, P(i8), P(i8), P(i8), P(i8)]),
     "b8_concat_s8": (i32, [i32, P(P(i8)), P(i32), P(i32), P(i32), P(i32), i32, i32, P(i8)]),
     "b8_transpose_s8": (i32, [i32, P(i32), P(i32), P(i8), P(i8)]),
     "b8_slice_s8": (i32, [i32, P(i32), P(i32), P(i32), P(i32), P(i8), P(i8)]),

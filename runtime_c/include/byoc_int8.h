@@ -284,6 +284,15 @@ B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_
 B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
                            const int8_t* input2, int8_t* output);
 
+/* Any elementwise function of two int8 tensors by a table of its value at every input pair
+ * (an add with its rescales and clamp, built at compile time from b8_add_s8's arithmetic):
+ * output[i] = table[(input1[i] + 128) * 256 + input2[i] + 128]. The table is B8_PAIR_TABLE_BYTES
+ * long: its 65536 entries, then 3 bytes of any value, which the SIMD paths read (each lookup
+ * loads 4 bytes and keeps the first). */
+#define B8_PAIR_TABLE_BYTES (65536 + 3)
+B8_API b8_status b8_pair_lut_s8(int32_t size, const int8_t* table, const int8_t* input1,
+                                const int8_t* input2, int8_t* output);
+
 /* Fully connected: input (batches, depth), weights (units, depth), per-unit requantization. */
 B8_API b8_status b8_dense_s8(const b8_requant_params* quant, int32_t batches, int32_t depth,
                              int32_t units, const int8_t* input, const int8_t* weights,

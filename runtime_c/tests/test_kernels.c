@@ -190,6 +190,36 @@ static void test_add_saturates(void) {
   EXPECT_EQ(out[2], -91);
 }
 
+/* b8_pair_lut_s8 with a table of b8_add_s8 at every input pair gives b8_add_s8's results, at
+ * every length (SIMD steps and tails) and with the table's padding bytes set to anything. */
+static void test_pair_table_equals_the_add(void) {
+  static int8_t first[65536], second[65536], table[B8_PAIR_TABLE_BYTES];
+  for (int32_t i = 0; i < 65536; ++i) {
+    first[i] = (int8_t)(i / 256 - 128);
+    second[i] = (int8_t)(i % 256 - 128);
+  }
+  const b8_add_params params = {20, 1518500250, -1, 1073741824, 0, 1686629713, -19, -100, 120, -128, 7, -5};
+  EXPECT_EQ(b8_add_s8(&params, 65536, first, second, table), B8_OK);
+  memset(table + 65536, 0x5a, 3);
+  int8_t a[203], b[203], by_table[203], by_add[203];
+  unsigned state = 12345;
+  for (int32_t i = 0; i < 203; ++i) {
+    state = state * 1103515245u + 12345u;
+    a[i] = (int8_t)(state >> 16);
+    b[i] = (int8_t)(state >> 24);
+  }
+  a[0] = b[0] = 127; /* the last entry, next to the padding */
+  a[1] = b[1] = -128;
+  for (int32_t size = 0; size <= 203; size += 29) {
+    memset(by_table, 0, sizeof(by_table));
+    EXPECT_EQ(b8_pair_lut_s8(size, table, a, b, by_table), B8_OK);
+    EXPECT_EQ(b8_add_s8(&params, size, a, b, by_add), B8_OK);
+    EXPECT_EQ(memcmp(by_table, by_add, (size_t)size), 0);
+    EXPECT_EQ(by_table[size < 203 ? size : 202], size < 203 ? 0 : by_add[202]); /* nothing past the end */
+  }
+  EXPECT_EQ(b8_pair_lut_s8(-1, table, a, b, by_table), B8_ERROR_ARGUMENT);
+}
+
 static void test_global_avg_pool(void) {
   const int8_t input[8] = {1, 10, 2, 20, 3, 30, 5, 40}; /* 2x2 pixels, 2 channels */
   const b8_dims dims = {1, 2, 2, 2};
@@ -388,6 +418,7 @@ int main(void) {
   test_conv2d_padding_and_stride();
   test_max_pool_ignores_padding();
   test_add_saturates();
+  test_pair_table_equals_the_add();
   test_global_avg_pool();
   test_avg_pool_counts();
   test_dense_and_layout();
