@@ -39,12 +39,14 @@ typedef struct {
   int32_t input_nonnegative, depthwise;
 } b8_conv_job;
 
-/* One elementwise add of two tensors of `size` elements. */
+/* One elementwise add of two tensors of `size` elements: b8_add_s8, or where `table` is not NULL
+ * b8_pair_lut_s8 with that table of the same add's every result (for large tensors on hosts). */
 typedef struct {
   const b8_add_params* params;
   int32_t size;
   const int8_t *input1, *input2;
   int8_t* output;
+  const int8_t* table;
 } b8_add_job;
 
 /* One max pool over all its output pixels. */

@@ -22,6 +22,7 @@ B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch) {
 }
 
 B8_API b8_status b8_model_add(const b8_add_job* job) {
+  if (job->table) return b8_pair_lut_s8(job->size, job->table, job->input1, job->input2, job->output);
   return b8_add_s8(job->params, job->size, job->input1, job->input2, job->output);
 }
 

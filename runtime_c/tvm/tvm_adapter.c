@@ -104,8 +104,10 @@ static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const int32_t begin = task_id * share;
   const int32_t end = begin + share < job->size ? begin + share : job->size;
   if (begin >= end) return 0;
-  return b8_add_s8(job->params, end - begin, job->input1 + begin, job->input2 + begin, job->output + begin) ==
-                 B8_OK ? 0 : -1;
+  const b8_status status =
+      job->table ? b8_pair_lut_s8(end - begin, job->table, job->input1 + begin, job->input2 + begin, job->output + begin)
+                 : b8_add_s8(job->params, end - begin, job->input1 + begin, job->input2 + begin, job->output + begin);
+  return status == B8_OK ? 0 : -1;
 }
 
 B8_API b8_status b8_model_add(const b8_add_job* job) {
