@@ -106,15 +106,16 @@ def default_simd() -> str:
     flags = cpu_flags()
     return next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
 
+
+ROW_BYTES = 96  # int8 constants: bytes per string literal in the generated C
+
+
 def _c_bytes(data: np.ndarray) -> list[str]:
     """int8 data as C string literals of ROW_BYTES bytes each (the last may be shorter): the
     compiler parses them far faster than an int list."""
     raw = data.astype(np.int8).tobytes()
     return ['"' + "".join(_ESCAPES[b] for b in raw[start : start + ROW_BYTES]) + '"'
             for start in range(0, len(raw), ROW_BYTES)]
-
-
-ROW_BYTES = 96
 
 
 def _escape(b: int) -> str:
@@ -301,9 +302,8 @@ class RegionEmitter:
         name = f"{self.symbol}_{tag}"
         if ctype == "int8_t" and self.target == "tvm":
             # One literal (the rows concatenate), with room for its terminating NUL, which C++ requires.
-            self.consts.append(
-                f"alignas({ALIGN}) static const int8_t {name}[{data.size + 1}] =\n" + "\n".join(_c_bytes(data) or ['""']) + ";"
-            )
+            literal = "\n".join(_c_bytes(data) or ['""'])
+            self.consts.append(f"alignas({ALIGN}) static const int8_t {name}[{data.size + 1}] =\n{literal};")
         elif ctype == "int8_t" and data.size:
             # C99 bounds a string literal's length, not an array's: one literal per row of a 2-D
             # array of signed char (each row exactly ROW_BYTES long, so without its NUL), seen by

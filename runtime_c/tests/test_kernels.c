@@ -201,7 +201,7 @@ static void test_pair_table_equals_the_add(void) {
   const b8_add_params params = {20, 1518500250, -1, 1073741824, 0, 1686629713, -19, -100, 120, -128, 7, -5};
   EXPECT_EQ(b8_add_s8(&params, 65536, first, second, table), B8_OK);
   memset(table + 65536, 0x5a, 3);
-  int8_t a[203], b[203], by_table[203], by_add[203];
+  int8_t a[203], b[203], by_table[204], by_add[203];
   unsigned state = 12345;
   for (int32_t i = 0; i < 203; ++i) {
     state = state * 1103515245u + 12345u;
@@ -215,7 +215,7 @@ static void test_pair_table_equals_the_add(void) {
     EXPECT_EQ(b8_pair_lut_s8(size, table, a, b, by_table), B8_OK);
     EXPECT_EQ(b8_add_s8(&params, size, a, b, by_add), B8_OK);
     EXPECT_EQ(memcmp(by_table, by_add, (size_t)size), 0);
-    EXPECT_EQ(by_table[size < 203 ? size : 202], size < 203 ? 0 : by_add[202]); /* nothing past the end */
+    EXPECT_EQ(by_table[size], 0); /* nothing written past the end */
   }
   EXPECT_EQ(b8_pair_lut_s8(-1, table, a, b, by_table), B8_ERROR_ARGUMENT);
 }
