@@ -486,6 +486,13 @@ def gen_lut(rng) -> dict:
     return {"x": int8_data(rng, elementwise_size(rng)), "table": rng.integers(-128, 128, 256, dtype=np.int8)}
 
 
+def gen_pair_lut(rng) -> dict:
+    """Any table (its 3 padding bytes too: the SIMD gathers read them and must drop them)."""
+    size = elementwise_size(rng)
+    return {"a": int8_data(rng, size), "b": int8_data(rng, size),
+            "table": rng.integers(-128, 128, 65536 + 3, dtype=np.int8)}
+
+
 def gen_concat(rng) -> dict:
     count = int(rng.integers(1, 7))
     outer = int(rng.integers(1, 9)) if chance(rng, 0.95) else 0

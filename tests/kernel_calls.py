@@ -425,6 +425,12 @@ def call_lut(lib, case: dict):
     return lib.b8_lut_s8(x.size, ptr(case["table"], i8), ptr(x, i8), ptr(out, i8)), out
 
 
+def call_pair_lut(lib, case: dict):
+    a, b = case["a"], case["b"]
+    out = np.zeros_like(a)
+    return lib.b8_pair_lut_s8(a.size, ptr(case["table"], i8), ptr(a, i8), ptr(b, i8), ptr(out, i8)), out
+
+
 def call_concat(lib, case: dict):
     xs = case["inputs"]  # each (outer, inner_k)
     outer = case["outer"]
@@ -496,6 +502,7 @@ CALLS = {
     "requantize_double": call_requantize_double,
     "clip": call_clip,
     "lut": call_lut,
+    "pair_lut": call_pair_lut,
     "concat": call_concat,
     "transpose": call_transpose,
     "slice": call_slice,
@@ -639,6 +646,12 @@ def expect_lut(case: dict, rounding: str):
     from byoc_int8 import reference
 
     return 0, reference.lut(case["x"], _qnode("lut", {}, {"table": case["table"]}))
+
+
+def expect_pair_lut(case: dict, rounding: str):
+    """The kernel's definition: the table's entry at (a + 128) * 256 + b + 128."""
+    index = (case["a"].astype(np.int64) + 128) * 256 + case["b"].astype(np.int64) + 128
+    return 0, case["table"][index]
 
 
 def expect_concat(case: dict, rounding: str):
