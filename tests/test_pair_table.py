@@ -32,8 +32,8 @@ def test_large_adds_run_by_their_pair_table_bit_exact(tmp_path):
     data = np.random.default_rng(0).standard_normal((11, 8, 64, 64)).astype(np.float32)
     compiled = compile_model(model, data[:8], simd="portable")
     (symbol, qgraph), = reference.quantized_regions(compiled.module).items()
-    # The AVX-512 build keeps the arithmetic: its rescales cost less than the table's cache misses.
-    for simd, by_table in (("portable", True), ("avx2", True), ("avx512vnni", False)):
+    # The SIMD builds keep the arithmetic: their add in float costs less than the table's cache misses.
+    for simd, by_table in (("portable", True), ("avx2", False), ("avx512vnni", False)):
         source = emit_c.emit_module([(symbol, qgraph)], simd=simd)
         jobs = re.findall(r"b8_add_job job = \{&ap, (\d+), [^}]*, (\w+)\};", source)
         assert [(int(size), table != "NULL") for size, table in jobs] == [(32768, by_table), (2048, False)], simd

@@ -3,6 +3,54 @@
 #include "byoc_int8.h"
 #include "internal.h"
 
+#if B8_USE_AVX2
+/* 8 sums exactly: the inputs' rescales (in 32-bit arithmetic where `small`), then the output's. */
+B8_INLINE void b8_add_exact_x8(const b8_add_params* p, int small, const b8_small_rescale* s1,
+                               const b8_small_rescale* s2, const int8_t* input1, const int8_t* input2,
+                               int8_t* output) {
+  const __m256i d1 = _mm256_sub_epi32(b8_load_s8x8(input1), _mm256_set1_epi32(p->input1_zero_point));
+  const __m256i d2 = _mm256_sub_epi32(b8_load_s8x8(input2), _mm256_set1_epi32(p->input2_zero_point));
+  __m256i sum;
+  if (small) {
+    sum = _mm256_add_epi32(b8_small_rescale_x8(d1, s1), b8_small_rescale_x8(d2, s2));
+  } else {
+    const __m128i left = _mm_cvtsi32_si128(p->left_shift);
+    sum = _mm256_add_epi32(b8_requantize_x8(_mm256_sll_epi32(d1, left), _mm256_set1_epi32(p->input1_multiplier),
+                                            _mm256_set1_epi32(31 - p->input1_shift)),
+                           b8_requantize_x8(_mm256_sll_epi32(d2, left), _mm256_set1_epi32(p->input2_multiplier),
+                                            _mm256_set1_epi32(31 - p->input2_shift)));
+  }
+  const __m256i scaled = b8_requantize_x8(sum, _mm256_set1_epi32(p->output_multiplier),
+                                          _mm256_set1_epi32(31 - p->output_shift));
+  b8_store_s8x8(output, _mm256_add_epi32(scaled, _mm256_set1_epi32(p->output_zero_point)),
+                _mm256_set1_epi32(p->act_min), _mm256_set1_epi32(p->act_max));
+}
+
+#if B8_USE_AVX512VNNI
+/* b8_add_exact_x8 on 16 lanes. */
+B8_INLINE void b8_add_exact_x16(const b8_add_params* p, int small, const b8_small_rescale* s1,
+                                const b8_small_rescale* s2, const int8_t* input1, const int8_t* input2,
+                                int8_t* output) {
+  const __m512i d1 = _mm512_sub_epi32(b8_load_s8x16(input1), _mm512_set1_epi32(p->input1_zero_point));
+  const __m512i d2 = _mm512_sub_epi32(b8_load_s8x16(input2), _mm512_set1_epi32(p->input2_zero_point));
+  __m512i sum;
+  if (small) {
+    sum = _mm512_add_epi32(b8_small_rescale_x16(d1, s1), b8_small_rescale_x16(d2, s2));
+  } else {
+    const __m128i left = _mm_cvtsi32_si128(p->left_shift);
+    sum = _mm512_add_epi32(b8_requantize_x16(_mm512_sll_epi32(d1, left), _mm512_set1_epi32(p->input1_multiplier),
+                                             _mm512_set1_epi32(31 - p->input1_shift)),
+                           b8_requantize_x16(_mm512_sll_epi32(d2, left), _mm512_set1_epi32(p->input2_multiplier),
+                                             _mm512_set1_epi32(31 - p->input2_shift)));
+  }
+  const __m512i scaled = b8_requantize_x16(sum, _mm512_set1_epi32(p->output_multiplier),
+                                           _mm512_set1_epi32(31 - p->output_shift));
+  b8_store_s8x16(output, _mm512_add_epi32(scaled, _mm512_set1_epi32(p->output_zero_point)),
+                 _mm512_set1_epi32(p->act_min), _mm512_set1_epi32(p->act_max));
+}
+#endif
+#endif
+
 B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8_t* input1,
                            const int8_t* input2, int8_t* output) {
   if (params->left_shift < 0 || params->left_shift > 22 || params->input1_zero_point < -128 ||
@@ -16,59 +64,41 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
   b8_multiplier_form(&vec.input1_multiplier, &vec.input1_shift);
   b8_multiplier_form(&vec.input2_multiplier, &vec.input2_shift);
   b8_multiplier_form(&vec.output_multiplier, &vec.output_shift);
-  /* Eight at a time while every factor is below 1 (shifts <= 0), which b8_requantize_x8 needs;
-   * TFLite's scheme gives that for any scales. The tail and other cases go one by one. */
+  /* Vectors while every factor is below 1 (shifts <= 0), which b8_requantize_x8 needs; TFLite's
+   * scheme gives that for any scales. The tail and other cases go one by one. */
   if (vec.input1_shift <= 0 && vec.input2_shift <= 0 && vec.output_shift <= 0) {
-    const __m256i m1 = _mm256_set1_epi32(vec.input1_multiplier);
-    const __m256i m2 = _mm256_set1_epi32(vec.input2_multiplier);
-    const __m256i mo = _mm256_set1_epi32(vec.output_multiplier);
-    const __m256i r1 = _mm256_set1_epi32(31 - vec.input1_shift);
-    const __m256i r2 = _mm256_set1_epi32(31 - vec.input2_shift);
-    const __m256i ro = _mm256_set1_epi32(31 - vec.output_shift);
-    const __m256i lo = _mm256_set1_epi32(vec.act_min), hi = _mm256_set1_epi32(vec.act_max);
-    const __m128i left = _mm_cvtsi32_si128(vec.left_shift);
-    const __m256i z1 = _mm256_set1_epi32(vec.input1_zero_point);
-    const __m256i z2 = _mm256_set1_epi32(vec.input2_zero_point);
-    const __m256i zo = _mm256_set1_epi32(vec.output_zero_point);
     b8_small_rescale s1, s2;
     const int small = b8_small_rescale_prepare(vec.input1_multiplier, vec.input1_shift, vec.left_shift, &s1) &&
                       b8_small_rescale_prepare(vec.input2_multiplier, vec.input2_shift, vec.left_shift, &s2);
+    b8_add_estimate estimate;
+    if (b8_add_estimate_prepare(&vec, &estimate)) { /* the float path, with the exact one where unsure */
 #if B8_USE_AVX512VNNI
-    const __m512i m1x = _mm512_set1_epi32(vec.input1_multiplier);
-    const __m512i m2x = _mm512_set1_epi32(vec.input2_multiplier);
-    const __m512i mox = _mm512_set1_epi32(vec.output_multiplier);
-    const __m512i r1x = _mm512_set1_epi32(31 - vec.input1_shift);
-    const __m512i r2x = _mm512_set1_epi32(31 - vec.input2_shift);
-    const __m512i rox = _mm512_set1_epi32(31 - vec.output_shift);
-    const __m512i lox = _mm512_set1_epi32(vec.act_min), hix = _mm512_set1_epi32(vec.act_max);
-    const __m512i z1x = _mm512_set1_epi32(vec.input1_zero_point);
-    const __m512i z2x = _mm512_set1_epi32(vec.input2_zero_point);
-    const __m512i zox = _mm512_set1_epi32(vec.output_zero_point);
-    if (small) /* the inputs' rescales in 32-bit arithmetic (most adds: TFLite's left shift is 20) */
+      const b8_add_estimate_x16_params e16 = b8_add_estimate_prepare_x16(&estimate);
+      const __m512i lo = _mm512_set1_epi32(vec.act_min), hi = _mm512_set1_epi32(vec.act_max);
       for (; i + 16 <= size; i += 16) {
-        const __m512i sum = _mm512_add_epi32(b8_small_rescale_x16(_mm512_sub_epi32(b8_load_s8x16(input1 + i), z1x), &s1),
-                                             b8_small_rescale_x16(_mm512_sub_epi32(b8_load_s8x16(input2 + i), z2x), &s2));
-        b8_store_s8x16(output + i, _mm512_add_epi32(b8_requantize_x16(sum, mox, rox), zox), lox, hix);
+        __mmask16 unsure = 0;
+        const __m512i estimate = b8_add_estimate_x16(b8_load_s8x16(input1 + i), b8_load_s8x16(input2 + i), &e16, &unsure);
+        if (unsure)
+          b8_add_exact_x16(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
+        else
+          b8_store_s8x16(output + i, estimate, lo, hi);
       }
-    for (; i + 16 <= size; i += 16) {
-      const __m512i x1 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input1 + i), z1x), left);
-      const __m512i x2 = _mm512_sll_epi32(_mm512_sub_epi32(b8_load_s8x16(input2 + i), z2x), left);
-      const __m512i sum = _mm512_add_epi32(b8_requantize_x16(x1, m1x, r1x), b8_requantize_x16(x2, m2x, r2x));
-      b8_store_s8x16(output + i, _mm512_add_epi32(b8_requantize_x16(sum, mox, rox), zox), lox, hix);
-    }
 #endif
-    if (small)
+      const b8_add_estimate_x8_params e8 = b8_add_estimate_prepare_x8(&estimate);
+      const __m256i lo_x8 = _mm256_set1_epi32(vec.act_min), hi_x8 = _mm256_set1_epi32(vec.act_max);
       for (; i + 8 <= size; i += 8) {
-        const __m256i sum = _mm256_add_epi32(b8_small_rescale_x8(_mm256_sub_epi32(b8_load_s8x8(input1 + i), z1), &s1),
-                                             b8_small_rescale_x8(_mm256_sub_epi32(b8_load_s8x8(input2 + i), z2), &s2));
-        b8_store_s8x8(output + i, _mm256_add_epi32(b8_requantize_x8(sum, mo, ro), zo), lo, hi);
+        int unsure = 0;
+        const __m256i estimate_x8 = b8_add_estimate_x8(b8_load_s8x8(input1 + i), b8_load_s8x8(input2 + i), &e8, &unsure);
+        if (unsure)
+          b8_add_exact_x8(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
+        else
+          b8_store_s8x8(output + i, estimate_x8, lo_x8, hi_x8);
       }
-    for (; i + 8 <= size; i += 8) {
-      const __m256i x1 = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(input1 + i), z1), left);
-      const __m256i x2 = _mm256_sll_epi32(_mm256_sub_epi32(b8_load_s8x8(input2 + i), z2), left);
-      const __m256i sum = _mm256_add_epi32(b8_requantize_x8(x1, m1, r1), b8_requantize_x8(x2, m2, r2));
-      b8_store_s8x8(output + i, _mm256_add_epi32(b8_requantize_x8(sum, mo, ro), zo), lo, hi);
     }
+#if B8_USE_AVX512VNNI
+    for (; i + 16 <= size; i += 16) b8_add_exact_x16(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
+#endif
+    for (; i + 8 <= size; i += 8) b8_add_exact_x8(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
   }
 #endif
   for (; i < size; ++i) {

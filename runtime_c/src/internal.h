@@ -2,6 +2,7 @@
 #ifndef BYOC_INT8_INTERNAL_H_
 #define BYOC_INT8_INTERNAL_H_
 
+#include <math.h>
 #include <string.h>
 
 #include "byoc_int8.h"
@@ -60,6 +61,52 @@ B8_INLINE int b8_small_rescale_prepare(int32_t multiplier, int32_t shift, int32_
   r->round_high = e > 0 ? 1 << (e - 1) : 0;
   r->round_low = e > 0 ? 0 : 1 << (j - 1);
 #endif
+  return 1;
+}
+
+/* The add in float, where it is provably exact, as the convolutions' output stage is
+ * (b8_estimate_x8): one fused multiply-add per input, with a check that sends the vectors with a
+ * lane near a rounding boundary to the integer path.
+ * Why it is exact: with d = input - zero_point, each input's rescale gives s = d x a within 1 (a is
+ * its factor 2^left_shift x M / 2^(31 + e); one or two roundings, each within 1/2), and the output
+ * rescale of s1 + s2 plus the zero point is floor(T), T = (s1 + s2) x f + zero_point + 1/2 + nudge
+ * (f = M / 2^(31 + e); the nudge, TFLite's double rounding, is +-2^-(e + 1), else 0), except where
+ * T is an integer (b8_estimate_x8's argument). So T is within 2 f + |nudge| of
+ * y = x1 x a1 f + x2 x a2 f + center, center = zero_point + 1/2 - z1 a1 f - z2 a2 f, for the raw
+ * codes x (|x| <= 128, exact in float). In float, y's two multiply-adds, the rounding of center
+ * and of the two factors, and the margin's addition below err by at most
+ * 4 u bound + 128 u (a1 + a2) f (u = 2^-24, bound >= |every intermediate|). With `margin` a power
+ * of two above twice the total error, below = y - margin and above = below + 2 margin put T
+ * strictly above below and at most at above: where floor(below) = floor(above) that integer is
+ * floor(T), and where T is an integer (a tie) the floors differ. (runtime_c/tests/test_estimate.c
+ * checks this at every pair of codes, ties included.) For TFLite's scales (f about
+ * 2^-19, factors near 1) the margin is 2^-12 or 2^-11: about one lane in 1000 is redone. */
+typedef struct {
+  float scale1, scale2, offset, twice_margin;
+} b8_add_estimate;
+
+/* The estimate's constants for parameters in multiplier form with every shift <= 0; 0 where the
+ * error bound leaves no useful margin (the integer path then runs alone). */
+B8_INLINE int b8_add_estimate_prepare(const b8_add_params* p, b8_add_estimate* estimate) {
+  const double unit = 1.0 / 16777216.0; /* 2^-24 */
+  const double f = ldexp(p->output_multiplier, p->output_shift - 31);
+  const double a1 = ldexp(p->input1_multiplier, p->left_shift + p->input1_shift - 31) * f;
+  const double a2 = ldexp(p->input2_multiplier, p->left_shift + p->input2_shift - 31) * f;
+  const double center = p->output_zero_point + 0.5 - p->input1_zero_point * a1 - p->input2_zero_point * a2;
+  const double bound = 128 * (fabs(a1) + fabs(a2)) + fabs(center) + 2;
+#if B8_ROUNDING == B8_ROUND_TFLITE
+  const double nudge = p->output_shift < 0 ? ldexp(1.0, p->output_shift - 1) : 0;
+#else
+  const double nudge = 0;
+#endif
+  const double error = 2 * fabs(f) + nudge + 4 * unit * bound + 128 * unit * (fabs(a1) + fabs(a2));
+  double margin = unit;
+  while (margin <= 2 * error && margin < 1) margin *= 2;
+  if (margin > 1.0 / 128 || bound > 4194304.0) return 0; /* 2^-7, 2^22 */
+  estimate->scale1 = (float)a1;
+  estimate->scale2 = (float)a2;
+  estimate->offset = (float)(center - margin);
+  estimate->twice_margin = (float)(2 * margin);
   return 1;
 }
 
@@ -194,6 +241,27 @@ B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   memcpy(&bytes, in, 8);
   return _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
 }
+typedef struct {
+  __m256 scale1, scale2, offset, twice_margin;
+} b8_add_estimate_x8_params;
+
+B8_INLINE b8_add_estimate_x8_params b8_add_estimate_prepare_x8(const b8_add_estimate* e) {
+  const b8_add_estimate_x8_params p = {_mm256_set1_ps(e->scale1), _mm256_set1_ps(e->scale2), _mm256_set1_ps(e->offset),
+                                       _mm256_set1_ps(e->twice_margin)};
+  return p;
+}
+
+/* The add's estimate on 8 lanes of codes; *unsure is set where a lane may be wrong. Round to
+ * nearest comes from MXCSR (its default, which TVM and PyTorch keep). */
+B8_INLINE __m256i b8_add_estimate_x8(__m256i input1, __m256i input2, const b8_add_estimate_x8_params* p, int* unsure) {
+  const __m256 below = _mm256_fmadd_ps(_mm256_cvtepi32_ps(input1), p->scale1,
+                                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(input2), p->scale2, p->offset));
+  const __m256 low = _mm256_round_ps(below, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m256 high = _mm256_round_ps(_mm256_add_ps(below, p->twice_margin), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  *unsure |= _mm256_movemask_ps(_mm256_cmp_ps(low, high, _CMP_NEQ_UQ));
+  return _mm256_cvttps_epi32(low);
+}
+
 /* b8_small_rescale on 8 lanes of differences. */
 B8_INLINE __m256i b8_small_rescale_x8(__m256i d, const b8_small_rescale* r) {
 #if B8_ROUNDING == B8_ROUND_SINGLE_AWAY
@@ -317,6 +385,29 @@ B8_INLINE __m512i b8_small_rescale_x16(__m512i d, const b8_small_rescale* r) {
 #else
   return y;
 #endif
+}
+
+typedef struct {
+  __m512 scale1, scale2, offset, twice_margin;
+} b8_add_estimate_x16_params;
+
+B8_INLINE b8_add_estimate_x16_params b8_add_estimate_prepare_x16(const b8_add_estimate* e) {
+  const b8_add_estimate_x16_params p = {_mm512_set1_ps(e->scale1), _mm512_set1_ps(e->scale2),
+                                        _mm512_set1_ps(e->offset), _mm512_set1_ps(e->twice_margin)};
+  return p;
+}
+
+/* b8_add_estimate_x8 on 16 lanes (the rounding stated in each step). */
+B8_INLINE __m512i b8_add_estimate_x16(__m512i input1, __m512i input2, const b8_add_estimate_x16_params* p,
+                                      __mmask16* unsure) {
+  const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC, down = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
+  const __m512 below = _mm512_fmadd_round_ps(
+      _mm512_cvtepi32_ps(input1), p->scale1,
+      _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(input2), p->scale2, p->offset, nearest), nearest);
+  const __m512i low = _mm512_cvt_roundps_epi32(below, down);
+  const __m512i high = _mm512_cvt_roundps_epi32(_mm512_add_round_ps(below, p->twice_margin, nearest), down);
+  *unsure = (__mmask16)(*unsure | _mm512_cmpneq_epi32_mask(low, high));
+  return low;
 }
 
 /* 16 int8 values widened to int32 lanes. */
