@@ -207,7 +207,7 @@ def window(rng, size: int, kernel: int, stride: int, dilation: int) -> tuple[int
 
 def _conv_geometry(rng, case: dict, group_in: int, out_c: int, depthwise: bool = False) -> dict:
     """Kernel, strides, dilation, padding, input and output sizes; the work stays bounded.
-    Half the depthwise configurations are MobileNet's: 3x3, stride 1 (mostly) or 2, no dilation,
+    Half the depthwise configurations are MobileNet's: 3x3, stride 1 or 2, no dilation,
     inputs up to 16 wide (mostly), which gives the SIMD kernel runs of interior pixels."""
     r = rng.random()
     kh = int(rng.integers(1, 4)) if r < 0.75 else int(rng.integers(4, 8)) if r < 0.96 else int(rng.integers(17, 21))
@@ -217,7 +217,7 @@ def _conv_geometry(rng, case: dict, group_in: int, out_c: int, depthwise: bool =
     dh, dw = ((1 if chance(rng, 0.65) else int(rng.integers(2, 5))) for _ in range(2))
     if mobilenet:
         kh = kw = 3
-        sh = sw = int(rng.choice([1, 1, 2]))
+        sh = sw = int(rng.choice([1, 2]))
         dh = dw = 1
     n = 1 if chance(rng, 0.8) else int(rng.integers(2, 4))
     while True:
@@ -274,9 +274,10 @@ def gen_conv2d(rng) -> dict:
 
 def gen_depthwise_conv2d(rng) -> dict:
     """Channel counts around whole SIMD depthwise blocks (multiples of 8 and 16, +-1, as
-    `channels` draws them) or any; channel multiplier 1 (the SIMD path) or 2-4 (portable);
-    kernels up to 20 rows (more than 64 taps run portable)."""
-    in_c = channels(rng)
+    `channels` draws them) or any, or one in five 33-200 (the AVX-512 VNNI wide blocks of 64
+    channels); channel multiplier 1 (the SIMD path) or 2-4 (portable); kernels up to 20 rows (more
+    than 64 taps run portable)."""
+    in_c = channels(rng) if chance(rng, 0.8) else int(rng.integers(33, 201))
     out_c = in_c * (1 if chance(rng, 0.6) else int(rng.integers(2, 5)))
     case = _conv_geometry(rng, {}, 1, out_c, depthwise=True)
     kh, kw = case["kernel"]

@@ -38,6 +38,7 @@ CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in ch
 DEPTHWISE_LANES = {"avx2": 8, "avx512vnni": 16}
 DEPTHWISE_MAX_TAPS = 64
 DEPTHWISE_PIXELS = 4  # interior pixels computed together (B8_DW_PIXELS)
+WIDE_DEPTHWISE = 64  # channels per wide block of the AVX-512 VNNI 3x3 depthwise (B8_DW_WIDE)
 MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
 
 i8, i32, i64, f32 = ctypes.c_int8, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
@@ -238,7 +239,8 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/depthwise_conv2d_s8.c) that a case takes in a
     kernel build, as that file chooses them: portable (any channel multiplier), or the SIMD code
     for multiplier 1 with its channel blocks (whole, masked for AVX-512, overlapping the one before
-    for AVX2), the 3x3 or the general kernel loop, the epilogue of each block (vector, or scalar
+    for AVX2; before them the wide blocks of 64 channels with AVX-512 VNNI, on rows inside the
+    input, with their stride and padded columns), the 3x3 or the general kernel loop, the epilogue of each block (vector, or scalar
     where a shift is > 0), runs of pixels within rows (a row split between calls) and, per output
     pixel, the interior (no check; DEPTHWISE_PIXELS neighbours at once for kernels 3 wide with
     stride 1 and no dilation across) or the checked taps (rows and / or columns in the padding)."""
@@ -251,15 +253,28 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     oh, ow = case["out_hw"]
     (sh, sw), (top, left), (dh, dw) = case["strides"], case["padding"], case["dilation"]
     paths = {"simd", "3x3" if (kh, kw) == (3, 3) else "other kernel"}
-    if cout > lanes:
-        paths.add("several channel blocks")
-    for c0 in range(0, cout, lanes):
-        if c0 + lanes <= cout:
-            paths.add("whole channel block")
-        else:
-            paths.add("masked channel block" if variant == "avx512vnni" else "overlapping channel block")
-        at = c0 if variant == "avx512vnni" else min(c0, cout - lanes)
-        paths.add("epilogue scalar" if np.any(case["shift"][at : at + lanes] > 0) else f"epilogue x{lanes}")
+    # AVX-512 VNNI: wide blocks of 64 channels (3x3, stride 1 or 2 across, no dilation across)
+    # from channel 0 while more than 32 remain and no shift is > 0, on the rows inside the input.
+    wide_end = 0
+    if variant == "avx512vnni" and (kh, kw) == (3, 3) and dw == 1 and sw in (1, 2):
+        while cout - wide_end > WIDE_DEPTHWISE // 2:
+            if np.any(case["shift"][wide_end : wide_end + WIDE_DEPTHWISE] > 0):
+                paths.add("wide block stopped by a shift")
+                break
+            paths.add("wide block" if cout - wide_end >= WIDE_DEPTHWISE else "masked wide block")
+            wide_end += WIDE_DEPTHWISE
+
+    def blocks(first: int) -> None:  # the 16- or 8-channel blocks from channel `first`
+        if cout - first > lanes:
+            paths.add("several channel blocks")
+        for c0 in range(first, cout, lanes):
+            if c0 + lanes <= cout:
+                paths.add("whole channel block")
+            else:
+                paths.add("masked channel block" if variant == "avx512vnni" else "overlapping channel block")
+            at = c0 if variant == "avx512vnni" else min(c0, cout - lanes)
+            paths.add("epilogue scalar" if np.any(case["shift"][at : at + lanes] > 0) else f"epilogue x{lanes}")
+
     grouped = kw == 3 and sw == 1 and dw == 1
     total = n * oh * ow
     for begin, end in [(0, total)] if case.get("pixels") is None else case["pixels"]:
@@ -275,6 +290,15 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
             rows_inside = [0 <= row % oh * sh - top + ky * dh < h for ky in range(kh)]
             if not any(rows_inside):
                 paths.add("window rows all padded")
+            if wide_end and all(rows_inside):
+                paths.add(f"wide stride {sw}")
+                if any(not 0 <= x * sw - left + kx < w for x in range(ox, ox_end) for kx in range(3)):
+                    paths.add("wide padded columns")
+            first_channel = wide_end if all(rows_inside) else 0
+            if first_channel == cout:  # the whole row is the wide blocks'
+                first = row * ow + ox_end
+                continue
+            blocks(first_channel)
             while ox < ox_end:
                 ix0 = ox * sw - left
                 columns_inside = ix0 >= 0 and ix0 + (kw - 1) * dw < w

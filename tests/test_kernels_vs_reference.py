@@ -434,7 +434,8 @@ def test_conv2d_vectorized_epilogue(kernels, seed):
 # for AVX-512; fewer than 8 channels run portable in the AVX2 build); seeds past the list draw any
 # count up to 70.
 DEPTHWISE_CHANNELS = [1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 40, 47, 48, 63, 64, 65, 70]
-DEPTHWISE_SEEDS = range(80)
+DEPTHWISE_SEEDS = range(92)
+WIDE_SEEDS = range(80, 92)  # MobileNet's geometry with 64-200 channels: the AVX-512 VNNI wide blocks
 
 
 def depthwise_case(seed):
@@ -445,7 +446,8 @@ def depthwise_case(seed):
     zero point (pad value) and the output zero point at the ends of int8 half the time; shifts <= 0
     (the vector epilogue) or, every fifth seed, one channel shifted left (the scalar epilogue of
     its block); no bias every seventh seed; the output pixels in one call or in shares that start
-    and end mid-row."""
+    and end mid-row. WIDE_SEEDS take MobileNet's geometry (3x3, multiplier 1, stride 1 or 2 in turn,
+    no dilation across) with 64 to 200 channels."""
     rng = np.random.default_rng(2000 + seed)
     listed = len(DEPTHWISE_CHANNELS)
     cin = DEPTHWISE_CHANNELS[seed % listed] if seed < 2 * listed else int(rng.integers(1, 71))
@@ -453,6 +455,10 @@ def depthwise_case(seed):
     cout = cin * (2 if (seed >= listed and seed % (2 if seed < 2 * listed else 3) == 0) else 1)
     kh, kw = (3, 3) if rng.random() < 0.6 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
     sh, sw, dh, dw = (int(v) for v in rng.integers(1, 3, 4))
+    if seed in WIDE_SEEDS:
+        cin = cout = int(rng.choice([64, 65, 96, 127, 128, 200]))
+        kh = kw = 3
+        sw, dw = 1 + seed % 2, 1
     n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 13)), int(rng.integers(1, 13))
     pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right
     oh = max(1, out_size(h, pad[0], pad[2], kh, sh, dh)) + int(rng.random() < 0.15)
@@ -491,7 +497,9 @@ DEPTHWISE_PATHS = {"portable", "simd", "3x3", "other kernel", "several channel b
                    "epilogue scalar", "part of a row", "several rows", "interior", "interior x4", "padded rows",
                    "padded columns", "window rows all padded"}
 DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"},
-                           "avx512vnni": {"masked channel block", "epilogue x16"}}
+                           "avx512vnni": {"masked channel block", "epilogue x16", "wide block", "masked wide block",
+                                          "wide block stopped by a shift", "wide stride 1", "wide stride 2",
+                                          "wide padded columns"}}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])

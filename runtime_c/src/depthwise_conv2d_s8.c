@@ -90,6 +90,142 @@ B8_INLINE __m512i b8_dw_column3(const int8_t* r0, const int8_t* r1, const int8_t
   const __m512i c = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r2)), 16);
   return _mm512_ternarylogic_epi32(a, b, c, 0xFE); /* a | b | c */
 }
+
+/* Wide blocks: 64 channels of a 3x3 kernel's interior at a time. Three rows' 64 bytes become four
+ * vectors of [x0, x1, x2, 0] lanes with byte unpacks (vector q, lane j: channel
+ * 16 (j / 4) + 4 q + j % 4, the order the unpacks leave within each 128-bit lane), instead of
+ * widening 16 channels at a time; the per-channel int32 data is put in the same order by a 4x4
+ * transpose of 128-bit blocks, and the packs of the output stage restore the natural order. */
+enum { B8_DW_WIDE = 64 };
+
+B8_INLINE void b8_dw_columns64(const int8_t* r0, const int8_t* r1, const int8_t* r2, __mmask64 m, __m512i flip,
+                               __m512i out[4]) {
+  const __m512i a = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r0), flip);
+  const __m512i b = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r1), flip);
+  const __m512i c = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r2), flip);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i ab_lo = _mm512_unpacklo_epi8(a, b), ab_hi = _mm512_unpackhi_epi8(a, b);
+  const __m512i c_lo = _mm512_unpacklo_epi8(c, zero), c_hi = _mm512_unpackhi_epi8(c, zero);
+  out[0] = _mm512_unpacklo_epi16(ab_lo, c_lo);
+  out[1] = _mm512_unpackhi_epi16(ab_lo, c_lo);
+  out[2] = _mm512_unpacklo_epi16(ab_hi, c_hi);
+  out[3] = _mm512_unpackhi_epi16(ab_hi, c_hi);
+}
+
+/* 64 channels' int32 values (the first `lanes`, the rest zero) in the wide blocks' order. */
+B8_INLINE void b8_dw_transpose64(const int32_t* values, int32_t lanes, __m512i out[4]) {
+  __m512i natural[4];
+  for (int32_t k = 0; k < 4; ++k) {
+    const int32_t left = lanes - 16 * k;
+    const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+    natural[k] = _mm512_maskz_loadu_epi32(m, values + 16 * k);
+  }
+  const __m512i t0 = _mm512_shuffle_i32x4(natural[0], natural[1], 0x44), t1 = _mm512_shuffle_i32x4(natural[0], natural[1], 0xEE);
+  const __m512i t2 = _mm512_shuffle_i32x4(natural[2], natural[3], 0x44), t3 = _mm512_shuffle_i32x4(natural[2], natural[3], 0xEE);
+  out[0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+  out[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+  out[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+}
+
+/* Output pixels [begin, end) in wide blocks from channel 0, while more than 32 channels remain and
+ * the block's shifts are <= 0, on the output rows whose kernel rows all lie inside the input
+ * (3x3 kernels, stride 1 or 2 across, no dilation across; columns outside the input read
+ * pad_value). Each block's weights and output stage are prepared once for all its rows. Returns
+ * the channels done (a multiple of 64); b8_depthwise_run does the rest, and the other rows. */
+static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
+                                 const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
+                                 const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
+                                 int64_t end) {
+  const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
+  const int32_t out_h = output_dims->h, out_w = output_dims->w;
+  const int32_t sw = conv->stride_w, dh = conv->dilation_h;
+  const int64_t row_stride = (int64_t)in_w * c, image_size = (int64_t)in_h * row_stride;
+  const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+  const __m512i flip3 = _mm512_set1_epi32(0x00808080);
+  const __m512i lo = _mm512_set1_epi8((char)quant->act_min), hi = _mm512_set1_epi8((char)quant->act_max);
+  const __m512i zero_point = _mm512_set1_epi32(quant->output_zero_point);
+  int8_t pad[B8_DW_WIDE];
+  memset(pad, conv->pad_value, sizeof(pad));
+  int32_t c0 = 0;
+  for (; c - c0 > 32; c0 += B8_DW_WIDE) {
+    const int32_t lanes = c - c0 < B8_DW_WIDE ? c - c0 : B8_DW_WIDE;
+    const __mmask64 m = lanes == 64 ? ~(__mmask64)0 : (((__mmask64)1 << lanes) - 1);
+    __m512i multiplier[4], shift[4], right[4], base[4], w[3][4], pad_column[4];
+    b8_dw_transpose64(quant->shift + c0, lanes, shift);
+    if (_mm512_cmpgt_epi32_mask(_mm512_max_epi32(_mm512_max_epi32(shift[0], shift[1]), _mm512_max_epi32(shift[2], shift[3])),
+                                zero))
+      break;
+    b8_dw_transpose64(quant->multiplier + c0, lanes, multiplier);
+    if (bias)
+      b8_dw_transpose64(bias + c0, lanes, base);
+    else
+      base[0] = base[1] = base[2] = base[3] = zero;
+    b8_estimate_x16_params estimate[4];
+    for (int32_t kx = 0; kx < 3; ++kx)
+      b8_dw_columns64(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
+                      filter + (int64_t)(6 + kx) * c + c0, m, zero, w[kx]);
+    b8_dw_columns64(pad, pad, pad, m, flip, pad_column);
+    for (int32_t q = 0; q < 4; ++q) {
+      right[q] = _mm512_sub_epi32(_mm512_set1_epi32(31), shift[q]);
+      b8_estimate_prepare_x16(multiplier[q], shift[q], quant->output_zero_point, &estimate[q]);
+      /* inputs made unsigned (+128): the bias takes back 128 x each kernel column's weights */
+      for (int32_t kx = 0; kx < 3; ++kx)
+        base[q] = _mm512_sub_epi32(base[q], _mm512_dpbusd_epi32(zero, flip3, w[kx][q]));
+    }
+    for (int64_t first = begin; first < end;) {
+      const int64_t row = first / out_w;
+      const int32_t ox_begin = (int32_t)(first - row * out_w);
+      const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;
+      const int32_t iy0 = (int32_t)(row % out_h) * conv->stride_h - conv->pad_top;
+      first = row * out_w + ox_end;
+      if (iy0 < 0 || iy0 + 2 * dh >= in_h) continue; /* a row in the padding: b8_depthwise_run's */
+      const int8_t* r0 = input + row / out_h * image_size + (int64_t)iy0 * row_stride + c0;
+      const int8_t* r1 = r0 + dh * row_stride;
+      const int8_t* r2 = r1 + dh * row_stride;
+      int8_t* o = output + (row * out_w + ox_begin) * c + c0;
+      /* The column at ix into v: loaded, or the padding's. */
+#define B8_DW_COLUMNS(ix, v)                                                                                  \
+  do {                                                                                                        \
+    if ((ix) >= 0 && (ix) < in_w)                                                                             \
+      b8_dw_columns64(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, m, flip, v); \
+    else                                                                                                      \
+      memcpy(v, pad_column, sizeof(pad_column));                                                              \
+  } while (0)
+      __m512i col0[4], col1[4], col2[4];
+      int32_t at0 = INT32_MIN, at1 = INT32_MIN; /* the columns in col0 and col1 (none yet) */
+      memcpy(col0, pad_column, sizeof(col0));
+      memcpy(col1, pad_column, sizeof(col1));
+      for (int32_t ox = ox_begin; ox < ox_end; ++ox, o += c) {
+        const int32_t x = ox * sw - conv->pad_left;
+        if (at0 != x) B8_DW_COLUMNS(x, col0);
+        if (at1 != x + 1) B8_DW_COLUMNS(x + 1, col1);
+        B8_DW_COLUMNS(x + 2, col2);
+        __m512i y[4];
+        for (int32_t q = 0; q < 4; ++q) {
+          const __m512i acc = _mm512_dpbusd_epi32(
+              _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(base[q], col0[q], w[0][q]), col1[q], w[1][q]), col2[q], w[2][q]);
+          __mmask16 unsure = 0;
+          y[q] = b8_estimate_x16(acc, &estimate[q], &unsure);
+          if (__builtin_expect(unsure != 0, 0)) /* the exact path (lanes past c too: harmless) */
+            y[q] = _mm512_add_epi32(b8_requantize_x16(acc, multiplier[q], right[q]), zero_point);
+        }
+        /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the
+         * int32), the packs putting the channels back in order. */
+        const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(y[0], y[1]), _mm512_packs_epi32(y[2], y[3]));
+        _mm512_mask_storeu_epi8(o, m, _mm512_min_epi8(_mm512_max_epi8(bytes, lo), hi));
+        memcpy(col0, sw == 1 ? col1 : col2, sizeof(col0));
+        at0 = x + sw;
+        if (sw == 1) {
+          memcpy(col1, col2, sizeof(col1));
+          at1 = x + 2;
+        }
+      }
+#undef B8_DW_COLUMNS
+    }
+  }
+  return c0;
+}
 #else
 enum { B8_DW_LANES = 8 };
 typedef __m256i b8_dw_vec;
@@ -160,7 +296,7 @@ B8_INLINE void b8_depthwise_output(const b8_dw_block* block, const b8_requant_pa
 B8_INLINE void b8_depthwise_run(const b8_conv_params* conv, const b8_requant_params* quant,
                                 const b8_dims* input_dims, const int8_t* image, const int8_t* filter,
                                 const int32_t* bias, int32_t oy, int32_t ox_begin, int32_t ox_end,
-                                int8_t* out, int32_t k_h, int32_t k_w) {
+                                int8_t* out, int32_t k_h, int32_t k_w, int32_t wide_channels) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
   const int32_t dh = conv->dilation_h, dw = conv->dilation_w, sw = conv->stride_w;
   const int64_t row_stride = (int64_t)in_w * c;
@@ -177,7 +313,8 @@ B8_INLINE void b8_depthwise_run(const b8_conv_params* conv, const b8_requant_par
   block.lo = b8_dw_set1(quant->act_min);
   block.hi = b8_dw_set1(quant->act_max);
   block.zero_point = b8_dw_set1(quant->output_zero_point);
-  for (int32_t c0 = 0; c0 < c; c0 += B8_DW_LANES) {
+  /* (the first wide_channels of rows with every kernel row inside are b8_depthwise_wide's) */
+  for (int32_t c0 = all_rows ? wide_channels : 0; c0 < c; c0 += B8_DW_LANES) {
 #if B8_USE_AVX512VNNI
     block.oc = c0;
     block.lanes = c - c0 < B8_DW_LANES ? c - c0 : B8_DW_LANES;
@@ -302,6 +439,11 @@ static void b8_depthwise_conv2d_s8_simd(const b8_conv_params* conv, const b8_req
   const int32_t out_h = output_dims->h, out_w = output_dims->w, c = output_dims->c;
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w;
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * c;
+  int32_t wide = 0;
+#if B8_USE_AVX512VNNI
+  if (k_h == 3 && k_w == 3 && conv->dilation_w == 1 && (conv->stride_w == 1 || conv->stride_w == 2))
+    wide = b8_depthwise_wide(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end);
+#endif
   for (int64_t first = begin; first < end;) {
     const int64_t row = first / out_w;
     const int32_t ox_begin = (int32_t)(first - row * out_w);
@@ -310,9 +452,9 @@ static void b8_depthwise_conv2d_s8_simd(const b8_conv_params* conv, const b8_req
     const int32_t oy = (int32_t)(row % out_h);
     int8_t* out = output + first * c;
     if (k_h == 3 && k_w == 3)
-      b8_depthwise_run(conv, quant, input_dims, image, filter, bias, oy, ox_begin, ox_end, out, 3, 3);
+      b8_depthwise_run(conv, quant, input_dims, image, filter, bias, oy, ox_begin, ox_end, out, 3, 3, wide);
     else
-      b8_depthwise_run(conv, quant, input_dims, image, filter, bias, oy, ox_begin, ox_end, out, k_h, k_w);
+      b8_depthwise_run(conv, quant, input_dims, image, filter, bias, oy, ox_begin, ox_end, out, k_h, k_w, 0);
     first = row * out_w + ox_end;
   }
 }
