@@ -38,7 +38,7 @@ CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in ch
 DEPTHWISE_LANES = {"avx2": 8, "avx512vnni": 16}
 DEPTHWISE_MAX_TAPS = 64
 DEPTHWISE_PIXELS = 4  # interior pixels computed together (B8_DW_PIXELS)
-WIDE_DEPTHWISE = 64  # channels per wide block of the AVX-512 VNNI 3x3 depthwise (B8_DW_WIDE)
+WIDE_DEPTHWISE = {"avx2": 16, "avx512vnni": 64}  # channels per wide block of the 3x3 depthwise (B8_DW_WIDE)
 MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
 
 i8, i32, i64, f32 = ctypes.c_int8, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
@@ -239,8 +239,9 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/depthwise_conv2d_s8.c) that a case takes in a
     kernel build, as that file chooses them: portable (any channel multiplier), or the SIMD code
     for multiplier 1 with its channel blocks (whole, masked for AVX-512, overlapping the one before
-    for AVX2; before them the wide blocks of 64 channels with AVX-512 VNNI, on rows inside the
-    input, with their stride and padded columns), the 3x3 or the general kernel loop, the epilogue of each block (vector, or scalar
+    for AVX2; before them the wide blocks of 3x3 kernels, 64 channels with AVX-512 VNNI and 16 with
+    AVX2, on rows inside the input, with their stride and padded columns), the 3x3 or the general
+    kernel loop, the epilogue of each block (vector, or scalar
     where a shift is > 0), runs of pixels within rows (a row split between calls) and, per output
     pixel, the interior (no check; DEPTHWISE_PIXELS neighbours at once for kernels 3 wide with
     stride 1 and no dilation across) or the checked taps (rows and / or columns in the padding)."""
@@ -253,16 +254,17 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     oh, ow = case["out_hw"]
     (sh, sw), (top, left), (dh, dw) = case["strides"], case["padding"], case["dilation"]
     paths = {"simd", "3x3" if (kh, kw) == (3, 3) else "other kernel"}
-    # AVX-512 VNNI: wide blocks of 64 channels (3x3, stride 1 or 2 across, no dilation across)
-    # from channel 0 while more than 32 remain and no shift is > 0, on the rows inside the input.
-    wide_end = 0
-    if variant == "avx512vnni" and (kh, kw) == (3, 3) and dw == 1 and sw in (1, 2):
-        while cout - wide_end > WIDE_DEPTHWISE // 2:
-            if np.any(case["shift"][wide_end : wide_end + WIDE_DEPTHWISE] > 0):
+    # Wide blocks (3x3, stride 1 or 2 across, no dilation across) from channel 0, while more than
+    # 32 channels remain (AVX-512 VNNI, 64 at a time, the last one masked) or 16 do (AVX2, 16 at a
+    # time) and no shift is > 0, on the rows inside the input.
+    wide_end, wide = 0, WIDE_DEPTHWISE[variant]
+    if (kh, kw) == (3, 3) and dw == 1 and sw in (1, 2):
+        while cout - wide_end > 32 if variant == "avx512vnni" else cout - wide_end >= wide:
+            if np.any(case["shift"][wide_end : wide_end + wide] > 0):
                 paths.add("wide block stopped by a shift")
                 break
-            paths.add("wide block" if cout - wide_end >= WIDE_DEPTHWISE else "masked wide block")
-            wide_end += WIDE_DEPTHWISE
+            paths.add("wide block" if cout - wide_end >= wide else "masked wide block")
+            wide_end += wide
 
     def blocks(first: int) -> None:  # the 16- or 8-channel blocks from channel `first`
         if cout - first > lanes:

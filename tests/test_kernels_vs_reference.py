@@ -496,10 +496,9 @@ def test_depthwise_conv2d_simd_blocks(kernels, seed):
 DEPTHWISE_PATHS = {"portable", "simd", "3x3", "other kernel", "several channel blocks", "whole channel block",
                    "epilogue scalar", "part of a row", "several rows", "interior", "interior x4", "padded rows",
                    "padded columns", "window rows all padded"}
-DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"},
-                           "avx512vnni": {"masked channel block", "epilogue x16", "wide block", "masked wide block",
-                                          "wide block stopped by a shift", "wide stride 1", "wide stride 2",
-                                          "wide padded columns"}}
+WIDE_PATHS = {"wide block", "wide block stopped by a shift", "wide stride 1", "wide stride 2", "wide padded columns"}
+DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS,
+                           "avx512vnni": {"masked channel block", "epilogue x16", "masked wide block"} | WIDE_PATHS}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])

@@ -3,8 +3,10 @@
  * b8_depthwise_conv2d_s8 reads its filter as given, (kernel_h, kernel_w, channels). With channel
  * multiplier 1 the AVX2 / AVX-512 builds vectorize it over channels, 8 / 16 int32 lanes of exact
  * products (b8_depthwise_run; the AVX-512 VNNI build sums the interior of 3x3 kernels with
- * vpdpbusd, three taps per lane); other multipliers, and fewer than 8 channels with AVX2, run the
- * portable loop.
+ * vpdpbusd, three taps per lane). MobileNet's 3x3 kernels (stride 1 or 2 across) go first to the
+ * wide blocks, on the rows inside the input (b8_depthwise_wide: 64 channels by vpdpbusd with
+ * AVX-512 VNNI, 16 by vpmaddwd with AVX2, the columns built by byte unpacks). Other multipliers,
+ * and fewer than 8 channels with AVX2, run the portable loop.
  */
 #include "byoc_int8.h"
 
@@ -52,6 +54,52 @@ static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8
  * AVX-512 masks the last partial block; AVX2 runs its last block over the last 8 channels
  * (overlapping the one before: the same bytes again), and fewer than 8 channels go to the
  * portable code. */
+/* The output pixels ox_begin .. ox_end - 1 of one row for the wide blocks (stride sw of 1 or 2,
+ * o the first pixel's output): B8_DW_COLUMNS(ix, v) builds the column at ix into v,
+ * B8_DW_PIXEL(v0, v1, v2) computes one pixel from its three columns and stores it at o. The
+ * three column sets ca, cb, cc change roles from pixel to pixel (no copies: copying them cost
+ * AVX2 a third of its speed, having too few registers to hold them). */
+#define B8_DW_ROW(ca, cb, cc)                                                     \
+  do {                                                                           \
+    int32_t x = ox_begin * sw - conv->pad_left;                                  \
+    B8_DW_COLUMNS(x, ca);                                                        \
+    B8_DW_COLUMNS(x + 1, cb);                                                    \
+    if (sw == 1) { /* three pixels a round */                                    \
+      for (int32_t ox = ox_begin;; x += 3) {                                     \
+        B8_DW_COLUMNS(x + 2, cc);                                                \
+        B8_DW_PIXEL(ca, cb, cc);                                                 \
+        o += c;                                                                  \
+        if (++ox >= ox_end) break;                                               \
+        B8_DW_COLUMNS(x + 3, ca);                                                \
+        B8_DW_PIXEL(cb, cc, ca);                                                 \
+        o += c;                                                                  \
+        if (++ox >= ox_end) break;                                               \
+        B8_DW_COLUMNS(x + 4, cb);                                                \
+        B8_DW_PIXEL(cc, ca, cb);                                                 \
+        o += c;                                                                  \
+        if (++ox >= ox_end) break;                                               \
+      }                                                                          \
+    } else { /* stride 2: a pixel's last column is the next one's first */      \
+      for (int32_t ox = ox_begin;; x += 6) {                                     \
+        B8_DW_COLUMNS(x + 2, cc);                                                \
+        B8_DW_PIXEL(ca, cb, cc);                                                 \
+        o += c;                                                                  \
+        if (++ox >= ox_end) break;                                               \
+        B8_DW_COLUMNS(x + 3, ca);                                                \
+        B8_DW_COLUMNS(x + 4, cb);                                                \
+        B8_DW_PIXEL(cc, ca, cb);                                                 \
+        o += c;                                                                  \
+        if (++ox >= ox_end) break;                                               \
+        B8_DW_COLUMNS(x + 5, cc);                                                \
+        B8_DW_COLUMNS(x + 6, ca);                                                \
+        B8_DW_PIXEL(cb, cc, ca);                                                 \
+        o += c;                                                                  \
+        if (++ox >= ox_end) break;                                               \
+        B8_DW_COLUMNS(x + 7, cb); /* the next round's: ca = x + 6, cb = x + 7 */ \
+      }                                                                          \
+    }                                                                            \
+  } while (0)
+
 #if B8_USE_AVX512VNNI
 enum { B8_DW_LANES = 16 };
 typedef __m512i b8_dw_vec;
@@ -192,35 +240,27 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
     else                                                                                                      \
       memcpy(v, pad_column, sizeof(pad_column));                                                              \
   } while (0)
-      __m512i col0[4], col1[4], col2[4];
-      int32_t at0 = INT32_MIN, at1 = INT32_MIN; /* the columns in col0 and col1 (none yet) */
-      memcpy(col0, pad_column, sizeof(col0));
-      memcpy(col1, pad_column, sizeof(col1));
-      for (int32_t ox = ox_begin; ox < ox_end; ++ox, o += c) {
-        const int32_t x = ox * sw - conv->pad_left;
-        if (at0 != x) B8_DW_COLUMNS(x, col0);
-        if (at1 != x + 1) B8_DW_COLUMNS(x + 1, col1);
-        B8_DW_COLUMNS(x + 2, col2);
-        __m512i y[4];
-        for (int32_t q = 0; q < 4; ++q) {
-          const __m512i acc = _mm512_dpbusd_epi32(
-              _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(base[q], col0[q], w[0][q]), col1[q], w[1][q]), col2[q], w[2][q]);
-          __mmask16 unsure = 0;
-          y[q] = b8_estimate_x16(acc, &estimate[q], &unsure);
-          if (__builtin_expect(unsure != 0, 0)) /* the exact path (lanes past c too: harmless) */
-            y[q] = _mm512_add_epi32(b8_requantize_x16(acc, multiplier[q], right[q]), zero_point);
-        }
-        /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the
-         * int32), the packs putting the channels back in order. */
-        const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(y[0], y[1]), _mm512_packs_epi32(y[2], y[3]));
-        _mm512_mask_storeu_epi8(o, m, _mm512_min_epi8(_mm512_max_epi8(bytes, lo), hi));
-        memcpy(col0, sw == 1 ? col1 : col2, sizeof(col0));
-        at0 = x + sw;
-        if (sw == 1) {
-          memcpy(col1, col2, sizeof(col1));
-          at1 = x + 2;
-        }
-      }
+      /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
+#define B8_DW_PIXEL(c0, c1, c2)                                                                               \
+  do {                                                                                                        \
+    __m512i y[4];                                                                                             \
+    for (int32_t q = 0; q < 4; ++q) {                                                                         \
+      const __m512i acc =                                                                                     \
+          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(base[q], c0[q], w[0][q]), c1[q], w[1][q]), \
+                              c2[q], w[2][q]);                                                                \
+      __mmask16 unsure = 0;                                                                                   \
+      y[q] = b8_estimate_x16(acc, &estimate[q], &unsure);                                                     \
+      if (__builtin_expect(unsure != 0, 0)) /* the exact path (lanes past c too: harmless) */                 \
+        y[q] = _mm512_add_epi32(b8_requantize_x16(acc, multiplier[q], right[q]), zero_point);                 \
+    }                                                                                                         \
+    /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32), \
+     * the packs putting the channels back in order. */                                                       \
+    const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(y[0], y[1]), _mm512_packs_epi32(y[2], y[3])); \
+    _mm512_mask_storeu_epi8(o, m, _mm512_min_epi8(_mm512_max_epi8(bytes, lo), hi));                          \
+  } while (0)
+      __m512i ca[4], cb[4], cc[4];
+      B8_DW_ROW(ca, cb, cc);
+#undef B8_DW_PIXEL
 #undef B8_DW_COLUMNS
     }
   }
@@ -260,6 +300,121 @@ B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* es
   if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))
     y = _mm256_add_epi32(b8_requantize_x8(acc, multiplier, right), zero_point);
   b8_store_s8x8(out, y, lo, hi);
+}
+
+/* Wide blocks with AVX2: 16 channels of a 3x3 kernel at a time by vpmaddwd, two taps per
+ * instruction. A column's three rows are sign-extended to int16 and interleaved into pairs
+ * (row 0, row 1) and (row 2, 0) per int32 lane, in the order the unpacks leave within each
+ * 128-bit lane: vector "low" holds channels 0-3 and 8-11, "high" 4-7 and 12-15. The kernel's
+ * columns are paired the same way, the per-channel int32 data is put in that order by swapping
+ * 128-bit halves, and the packs of the output stage restore the natural order. Products and sums
+ * are exact int32, in another order: the portable accumulator. */
+enum { B8_DW_WIDE = 16 };
+
+/* The column of rows r0, r1, r2 (16 channels each): out[0] = (r0, r1) low, out[1] = (r2, 0) low,
+ * out[2] = (r0, r1) high, out[3] = (r2, 0) high. */
+B8_INLINE void b8_dw_columns16(const int8_t* r0, const int8_t* r1, const int8_t* r2, __m256i out[4]) {
+  const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)r0));
+  const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)r1));
+  const __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)r2));
+  const __m256i zero = _mm256_setzero_si256();
+  out[0] = _mm256_unpacklo_epi16(a, b);
+  out[1] = _mm256_unpacklo_epi16(c, zero);
+  out[2] = _mm256_unpackhi_epi16(a, b);
+  out[3] = _mm256_unpackhi_epi16(c, zero);
+}
+
+/* 16 channels' int32 values in the wide blocks' order: out[0] low, out[1] high. */
+B8_INLINE void b8_dw_halves16(const int32_t* values, __m256i out[2]) {
+  const __m256i first = _mm256_loadu_si256((const __m256i*)values);
+  const __m256i second = _mm256_loadu_si256((const __m256i*)(values + 8));
+  out[0] = _mm256_permute2x128_si256(first, second, 0x20);
+  out[1] = _mm256_permute2x128_si256(first, second, 0x31);
+}
+
+/* b8_depthwise_wide of the AVX-512 build, in blocks of 16 channels while 16 remain. */
+static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
+                                 const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
+                                 const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
+                                 int64_t end) {
+  const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
+  const int32_t out_h = output_dims->h, out_w = output_dims->w;
+  const int32_t sw = conv->stride_w, dh = conv->dilation_h;
+  const int64_t row_stride = (int64_t)in_w * c, image_size = (int64_t)in_h * row_stride;
+  const __m256i zero = _mm256_setzero_si256();
+  const __m128i lo = _mm_set1_epi8((char)quant->act_min), hi = _mm_set1_epi8((char)quant->act_max);
+  const __m256i zero_point = _mm256_set1_epi32(quant->output_zero_point);
+  int8_t pad[B8_DW_WIDE];
+  memset(pad, conv->pad_value, sizeof(pad));
+  int32_t c0 = 0;
+  for (; c - c0 >= B8_DW_WIDE; c0 += B8_DW_WIDE) {
+    __m256i multiplier[2], shift[2], right[2], base[2], w[3][4], pad_column[4];
+    b8_dw_halves16(quant->shift + c0, shift);
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi32(_mm256_max_epi32(shift[0], shift[1]), zero),
+                            _mm256_set1_epi32(-1)))
+      break;
+    b8_dw_halves16(quant->multiplier + c0, multiplier);
+    if (bias)
+      b8_dw_halves16(bias + c0, base);
+    else
+      base[0] = base[1] = zero;
+    b8_estimate_x8_params estimate[2];
+    for (int32_t h = 0; h < 2; ++h) {
+      right[h] = _mm256_sub_epi32(_mm256_set1_epi32(31), shift[h]);
+      b8_estimate_prepare_x8(multiplier[h], shift[h], quant->output_zero_point, &estimate[h]);
+    }
+    for (int32_t kx = 0; kx < 3; ++kx)
+      b8_dw_columns16(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
+                      filter + (int64_t)(6 + kx) * c + c0, w[kx]);
+    b8_dw_columns16(pad, pad, pad, pad_column);
+    for (int64_t first = begin; first < end;) {
+      const int64_t row = first / out_w;
+      const int32_t ox_begin = (int32_t)(first - row * out_w);
+      const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;
+      const int32_t iy0 = (int32_t)(row % out_h) * conv->stride_h - conv->pad_top;
+      first = row * out_w + ox_end;
+      if (iy0 < 0 || iy0 + 2 * dh >= in_h) continue; /* a row in the padding: b8_depthwise_run's */
+      const int8_t* r0 = input + row / out_h * image_size + (int64_t)iy0 * row_stride + c0;
+      const int8_t* r1 = r0 + dh * row_stride;
+      const int8_t* r2 = r1 + dh * row_stride;
+      int8_t* o = output + (row * out_w + ox_begin) * c + c0;
+#define B8_DW_COLUMNS(ix, v)                                                                                  \
+  do {                                                                                                        \
+    if ((ix) >= 0 && (ix) < in_w)                                                                             \
+      b8_dw_columns16(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, v);            \
+    else                                                                                                      \
+      memcpy(v, pad_column, sizeof(pad_column));                                                              \
+  } while (0)
+      /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
+#define B8_DW_PIXEL(c0, c1, c2)                                                                          \
+  do {                                                                                                   \
+    __m256i y[2];                                                                                        \
+    for (int32_t h = 0; h < 2; ++h) {                                                                    \
+      __m256i acc = base[h];                                                                             \
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c0[2 * h], w[0][2 * h]));                           \
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c0[2 * h + 1], w[0][2 * h + 1]));                   \
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c1[2 * h], w[1][2 * h]));                           \
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c1[2 * h + 1], w[1][2 * h + 1]));                   \
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c2[2 * h], w[2][2 * h]));                           \
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c2[2 * h + 1], w[2][2 * h + 1]));                   \
+      __m256i unsure = _mm256_setzero_si256();                                                           \
+      y[h] = b8_estimate_x8(acc, &estimate[h], &unsure);                                                 \
+      if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))                                      \
+        y[h] = _mm256_add_epi32(b8_requantize_x8(acc, multiplier[h], right[h]), zero_point);             \
+    }                                                                                                    \
+    /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32); \
+     * the packs put the channels back in order, 0-7 and 8-15 in the two halves. */                    \
+    const __m256i words = _mm256_packs_epi32(y[0], y[1]);                                               \
+    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(words, words), 0x08);             \
+    _mm_storeu_si128((__m128i*)o, _mm_min_epi8(_mm_max_epi8(_mm256_castsi256_si128(bytes), lo), hi));   \
+  } while (0)
+      __m256i ca[4], cb[4], cc[4];
+      B8_DW_ROW(ca, cb, cc);
+#undef B8_DW_PIXEL
+#undef B8_DW_COLUMNS
+    }
+  }
+  return c0;
 }
 #endif
 enum { B8_DW_MAX_TAPS = 64 }; /* kernels up to this many taps keep the block's weights widened */
@@ -440,10 +595,8 @@ static void b8_depthwise_conv2d_s8_simd(const b8_conv_params* conv, const b8_req
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w;
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * c;
   int32_t wide = 0;
-#if B8_USE_AVX512VNNI
   if (k_h == 3 && k_w == 3 && conv->dilation_w == 1 && (conv->stride_w == 1 || conv->stride_w == 2))
     wide = b8_depthwise_wide(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end);
-#endif
   for (int64_t first = begin; first < end;) {
     const int64_t row = first / out_w;
     const int32_t ox_begin = (int32_t)(first - row * out_w);
