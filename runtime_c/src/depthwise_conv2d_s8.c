@@ -5,7 +5,7 @@
  * products (b8_depthwise_run; the AVX-512 VNNI build sums the interior of 3x3 kernels with
  * vpdpbusd, three taps per lane). MobileNet's 3x3 kernels (stride 1 or 2 across) go first to the
  * wide blocks, on the rows inside the input (b8_depthwise_wide: 64 channels by vpdpbusd with
- * AVX-512 VNNI, 16 by vpmaddwd with AVX2, the columns built by byte unpacks). Other multipliers,
+ * AVX-512 VNNI, 16 by vpmaddwd with AVX2, the columns built by unpacks). Other multipliers,
  * and fewer than 8 channels with AVX2, run the portable loop.
  */
 #include "byoc_int8.h"
@@ -45,15 +45,6 @@ static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8
 }
 
 #if B8_USE_AVX2
-/* Channel multiplier 1 (MobileNet's), vectorized over channels: B8_DW_LANES channels at a time
- * (16 int32 lanes with AVX-512, 8 with AVX2). Each tap's int8 inputs and weights are widened to
- * int32 and multiplied and summed in int32 lanes (|x w| <= 128 x 127, exact): the accumulator is
- * the portable one (int32 sums in another order: the same bits), and so is the output stage
- * (while the block's shifts are <= 0, the float estimate of internal.h, or b8_requantize_x16 / _x8
- * where it is unsure; else b8_output_s8 lane by lane).
- * AVX-512 masks the last partial block; AVX2 runs its last block over the last 8 channels
- * (overlapping the one before: the same bytes again), and fewer than 8 channels go to the
- * portable code. */
 /* The output pixels ox_begin .. ox_end - 1 of one row for the wide blocks (stride sw of 1 or 2,
  * o the first pixel's output): B8_DW_COLUMNS(ix, v) builds the column at ix into v,
  * B8_DW_PIXEL(v0, v1, v2) computes one pixel from its three columns and stores it at o. The
@@ -100,6 +91,15 @@ static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8
     }                                                                            \
   } while (0)
 
+/* Channel multiplier 1 (MobileNet's), vectorized over channels: B8_DW_LANES channels at a time
+ * (16 int32 lanes with AVX-512, 8 with AVX2). Each tap's int8 inputs and weights are widened to
+ * int32 and multiplied and summed in int32 lanes (|x w| <= 128 x 127, exact): the accumulator is
+ * the portable one (int32 sums in another order: the same bits), and so is the output stage
+ * (while the block's shifts are <= 0, the float estimate of internal.h, or b8_requantize_x16 / _x8
+ * where it is unsure; else b8_output_s8 lane by lane).
+ * AVX-512 masks the last partial block; AVX2 runs its last block over the last 8 channels
+ * (overlapping the one before: the same bytes again), and fewer than 8 channels go to the
+ * portable code. */
 #if B8_USE_AVX512VNNI
 enum { B8_DW_LANES = 16 };
 typedef __m512i b8_dw_vec;
@@ -139,7 +139,7 @@ B8_INLINE __m512i b8_dw_column3(const int8_t* r0, const int8_t* r1, const int8_t
   return _mm512_ternarylogic_epi32(a, b, c, 0xFE); /* a | b | c */
 }
 
-/* Wide blocks: 64 channels of a 3x3 kernel's interior at a time. Three rows' 64 bytes become four
+/* Wide blocks: 64 channels of a 3x3 kernel at a time. Three rows' 64 bytes become four
  * vectors of [x0, x1, x2, 0] lanes with byte unpacks (vector q, lane j: channel
  * 16 (j / 4) + 4 q + j % 4, the order the unpacks leave within each 128-bit lane), instead of
  * widening 16 channels at a time; the per-channel int32 data is put in the same order by a 4x4

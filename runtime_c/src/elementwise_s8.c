@@ -77,22 +77,22 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
       const __m512i lo = _mm512_set1_epi32(vec.act_min), hi = _mm512_set1_epi32(vec.act_max);
       for (; i + 16 <= size; i += 16) {
         __mmask16 unsure = 0;
-        const __m512i estimate = b8_add_estimate_x16(b8_load_s8x16(input1 + i), b8_load_s8x16(input2 + i), &e16, &unsure);
+        const __m512i sum = b8_add_estimate_x16(b8_load_s8x16(input1 + i), b8_load_s8x16(input2 + i), &e16, &unsure);
         if (unsure)
           b8_add_exact_x16(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
         else
-          b8_store_s8x16(output + i, estimate, lo, hi);
+          b8_store_s8x16(output + i, sum, lo, hi);
       }
 #endif
       const b8_add_estimate_x8_params e8 = b8_add_estimate_prepare_x8(&estimate);
       const __m256i lo_x8 = _mm256_set1_epi32(vec.act_min), hi_x8 = _mm256_set1_epi32(vec.act_max);
       for (; i + 8 <= size; i += 8) {
         int unsure = 0;
-        const __m256i estimate_x8 = b8_add_estimate_x8(b8_load_s8x8(input1 + i), b8_load_s8x8(input2 + i), &e8, &unsure);
+        const __m256i sum = b8_add_estimate_x8(b8_load_s8x8(input1 + i), b8_load_s8x8(input2 + i), &e8, &unsure);
         if (unsure)
           b8_add_exact_x8(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
         else
-          b8_store_s8x8(output + i, estimate_x8, lo_x8, hi_x8);
+          b8_store_s8x8(output + i, sum, lo_x8, hi_x8);
       }
     }
 #if B8_USE_AVX512VNNI
