@@ -45,11 +45,35 @@ static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8
 }
 
 #if B8_USE_AVX2
-/* The output pixels ox_begin .. ox_end - 1 of one row for the wide blocks (stride sw of 1 or 2,
- * o the first pixel's output): B8_DW_COLUMNS(ix, v) builds the column at ix into v,
- * B8_DW_PIXEL(v0, v1, v2) computes one pixel from its three columns and stores it at o. The
- * three column sets ca, cb, cc change roles from pixel to pixel (no copies: copying them cost
- * AVX2 a third of its speed, having too few registers to hold them). */
+/* The wide blocks' pixels [begin, end) for the channels from c0, on the output rows whose kernel
+ * rows all lie inside the input (the others are b8_depthwise_run's). Each build defines
+ * B8_DW_LOAD_COLUMN(p0, p1, p2, v), the column of rows p0, p1, p2 into v, and
+ * B8_DW_PIXEL(v0, v1, v2), one pixel from its three columns stored at o; a column outside the
+ * input is pad_column. Along a row, the three column sets ca, cb, cc change roles from pixel to
+ * pixel (no copies: copying them cost AVX2 a third of its speed, having too few registers to
+ * hold them). */
+#define B8_DW_COLUMNS(ix, v)                                                                             \
+  do {                                                                                                   \
+    if ((ix) >= 0 && (ix) < in_w)                                                                        \
+      B8_DW_LOAD_COLUMN(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, v);      \
+    else                                                                                                 \
+      memcpy(v, pad_column, sizeof(pad_column));                                                         \
+  } while (0)
+#define B8_DW_ROWS(ca, cb, cc)                                                                           \
+  for (int64_t first = begin; first < end;) {                                                            \
+    const int64_t row = first / out_w;                                                                   \
+    const int32_t ox_begin = (int32_t)(first - row * out_w);                                             \
+    const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;             \
+    const int32_t iy0 = (int32_t)(row % out_h) * conv->stride_h - conv->pad_top;                         \
+    first = row * out_w + ox_end;                                                                        \
+    if (iy0 < 0 || iy0 + 2 * dh >= in_h) continue;                                                       \
+    const int8_t* r0 = input + row / out_h * image_size + (int64_t)iy0 * row_stride + c0;                \
+    const int8_t* r1 = r0 + dh * row_stride;                                                             \
+    const int8_t* r2 = r1 + dh * row_stride;                                                             \
+    int8_t* o = output + (row * out_w + ox_begin) * c + c0;                                              \
+    B8_DW_ROW(ca, cb, cc);                                                                               \
+  }
+/* One row's pixels ox_begin .. ox_end - 1 (stride sw of 1 or 2), o the first one's output. */
 #define B8_DW_ROW(ca, cb, cc)                                                     \
   do {                                                                           \
     int32_t x = ox_begin * sw - conv->pad_left;                                  \
@@ -221,26 +245,8 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
       for (int32_t kx = 0; kx < 3; ++kx)
         base[q] = _mm512_sub_epi32(base[q], _mm512_dpbusd_epi32(zero, flip3, w[kx][q]));
     }
-    for (int64_t first = begin; first < end;) {
-      const int64_t row = first / out_w;
-      const int32_t ox_begin = (int32_t)(first - row * out_w);
-      const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;
-      const int32_t iy0 = (int32_t)(row % out_h) * conv->stride_h - conv->pad_top;
-      first = row * out_w + ox_end;
-      if (iy0 < 0 || iy0 + 2 * dh >= in_h) continue; /* a row in the padding: b8_depthwise_run's */
-      const int8_t* r0 = input + row / out_h * image_size + (int64_t)iy0 * row_stride + c0;
-      const int8_t* r1 = r0 + dh * row_stride;
-      const int8_t* r2 = r1 + dh * row_stride;
-      int8_t* o = output + (row * out_w + ox_begin) * c + c0;
-      /* The column at ix into v: loaded, or the padding's. */
-#define B8_DW_COLUMNS(ix, v)                                                                                  \
-  do {                                                                                                        \
-    if ((ix) >= 0 && (ix) < in_w)                                                                             \
-      b8_dw_columns64(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, m, flip, v); \
-    else                                                                                                      \
-      memcpy(v, pad_column, sizeof(pad_column));                                                              \
-  } while (0)
-      /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
+#define B8_DW_LOAD_COLUMN(p0, p1, p2, v) b8_dw_columns64(p0, p1, p2, m, flip, v)
+    /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
 #define B8_DW_PIXEL(c0, c1, c2)                                                                               \
   do {                                                                                                        \
     __m512i y[4];                                                                                             \
@@ -258,11 +264,10 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
     const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(y[0], y[1]), _mm512_packs_epi32(y[2], y[3])); \
     _mm512_mask_storeu_epi8(o, m, _mm512_min_epi8(_mm512_max_epi8(bytes, lo), hi));                          \
   } while (0)
-      __m512i ca[4], cb[4], cc[4];
-      B8_DW_ROW(ca, cb, cc);
+    __m512i ca[4], cb[4], cc[4];
+    B8_DW_ROWS(ca, cb, cc)
 #undef B8_DW_PIXEL
-#undef B8_DW_COLUMNS
-    }
+#undef B8_DW_LOAD_COLUMN
   }
   return c0;
 }
@@ -367,25 +372,8 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
       b8_dw_columns16(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
                       filter + (int64_t)(6 + kx) * c + c0, w[kx]);
     b8_dw_columns16(pad, pad, pad, pad_column);
-    for (int64_t first = begin; first < end;) {
-      const int64_t row = first / out_w;
-      const int32_t ox_begin = (int32_t)(first - row * out_w);
-      const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;
-      const int32_t iy0 = (int32_t)(row % out_h) * conv->stride_h - conv->pad_top;
-      first = row * out_w + ox_end;
-      if (iy0 < 0 || iy0 + 2 * dh >= in_h) continue; /* a row in the padding: b8_depthwise_run's */
-      const int8_t* r0 = input + row / out_h * image_size + (int64_t)iy0 * row_stride + c0;
-      const int8_t* r1 = r0 + dh * row_stride;
-      const int8_t* r2 = r1 + dh * row_stride;
-      int8_t* o = output + (row * out_w + ox_begin) * c + c0;
-#define B8_DW_COLUMNS(ix, v)                                                                                  \
-  do {                                                                                                        \
-    if ((ix) >= 0 && (ix) < in_w)                                                                             \
-      b8_dw_columns16(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, v);            \
-    else                                                                                                      \
-      memcpy(v, pad_column, sizeof(pad_column));                                                              \
-  } while (0)
-      /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
+#define B8_DW_LOAD_COLUMN(p0, p1, p2, v) b8_dw_columns16(p0, p1, p2, v)
+    /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
 #define B8_DW_PIXEL(c0, c1, c2)                                                                          \
   do {                                                                                                   \
     __m256i y[2];                                                                                        \
@@ -408,11 +396,10 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
     const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(words, words), 0x08);             \
     _mm_storeu_si128((__m128i*)o, _mm_min_epi8(_mm_max_epi8(_mm256_castsi256_si128(bytes), lo), hi));   \
   } while (0)
-      __m256i ca[4], cb[4], cc[4];
-      B8_DW_ROW(ca, cb, cc);
+    __m256i ca[4], cb[4], cc[4];
+    B8_DW_ROWS(ca, cb, cc)
 #undef B8_DW_PIXEL
-#undef B8_DW_COLUMNS
-    }
+#undef B8_DW_LOAD_COLUMN
   }
   return c0;
 }
