@@ -7,8 +7,8 @@ alike.
     PYTHONPATH=. python benchmarks/ab_runtime.py --other DIR [--models mobilenet_v2,squeezenet1_1]
         [--threads 1,2] [--blocks 6] [--runs 20] [--simd avx512vnni]
 
-An older tree may lack scheduler functions the code generator now emits; they are supplied
-as serial calls of their kernels (what the older adapter did). Outputs are checked equal.
+The other tree must split the generated module as this one does (runtime_c/tvm/tvm_adapter.h):
+both its units, the model's and the kernels', compile from it. Outputs are checked equal.
 """
 
 from __future__ import annotations
@@ -23,37 +23,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-
-# Scheduler functions an older byoc_int8_model.h may lack, as the serial call they replaced.
-SHIMS = {
-    "b8_model_concat": """
-typedef struct {
-  int32_t num_inputs;
-  const int8_t* const* inputs;
-  const int32_t *inner, *multiplier, *shift, *zero_points;
-  int32_t output_zero_point, outer;
-  int8_t* output;
-} b8_concat_job;
-static b8_status b8_model_concat(const b8_concat_job* job) {
-  return b8_concat_s8(job->num_inputs, job->inputs, job->inner, job->multiplier, job->shift, job->zero_points,
-                      job->output_zero_point, job->outer, job->output);
-}
-""",
-    "b8_model_quantize": """
-typedef struct {
-  float scale;
-  int32_t zero_point;
-  const b8_dims* dims;
-  int32_t size;
-  const float* input;
-  int8_t* output;
-} b8_quantize_job;
-static b8_status b8_model_quantize(const b8_quantize_job* job) {
-  return b8_quantize_f32(job->scale, job->zero_point, job->dims, job->size, job->input, job->output);
-}
-""",
-}
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,13 +45,8 @@ def main() -> None:
 
     configure = tvm.get_global_func("runtime.config_threadpool")
     this_root, other_root = emit_c.RUNTIME_C, Path(args.other).resolve() / "runtime_c"
-    original_source = emit_c.runtime_source
-
-    def other_source(kernels: str = "builtin") -> str:
-        text = original_source(kernels)
-        header = (other_root / "include" / "byoc_int8_model.h").read_text()
-        return text + "".join(shim for name, shim in SHIMS.items() if name not in header)
-
+    if not (other_root / "tvm" / "tvm_adapter.h").exists():
+        sys.exit(f"{other_root}: no tvm/tvm_adapter.h; the other tree must be from the same module layout")
     print(f"A = this tree ({this_root}), B = {other_root}; ms per image, median of {args.blocks} x {args.runs} runs\n")
     print("| model | threads | A ms | B ms | A / B |")
     print("|---|---:|---:|---:|---:|")
@@ -93,11 +57,10 @@ def main() -> None:
         compiled = {}
         for label, root in (("A", this_root), ("B", other_root)):
             emit_c.RUNTIME_C = root
-            emit_c.runtime_source = original_source if label == "A" else other_source
             try:
                 compiled[label] = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=args.simd)
             finally:
-                emit_c.RUNTIME_C, emit_c.runtime_source = this_root, original_source
+                emit_c.RUNTIME_C = this_root
         tensor = tvm.runtime.tensor(x)
         mains = {label: c.vm["main"] for label, c in compiled.items()}
 

@@ -1,8 +1,8 @@
 """Build: a calibrated, partitioned module -> one shared library, and loading it back.
 
 ``RunCodegen`` hands the regions to ``relax.ext.ccompiler`` (registered by importing
-:mod:`byoc_int8.codegen`), ``tvm.compile`` builds the host part, and ``export_library``
-compiles the generated C and links everything into one ``.so``.
+:mod:`byoc_int8.codegen`), which compiles them into one object, ``tvm.compile`` builds the host
+part, and ``export_library`` links everything into one ``.so``.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def test_a_batch_runs_image_by_image_where_images_never_mix():
     images, one = emit_c.split_images(qgraph)
     assert images == 4 and all(shape[0] == 1 for shape in one.graph.shapes.values())
     assert [q.op for q in one.nodes] == [q.op for q in qgraph.nodes]
-    assert f"{symbol}_image(image_inputs" in emit_c.emit_module([(symbol, qgraph)], simd="portable")
+    assert f"{symbol}_image(image_inputs" in emit_c.emit_module([(symbol, qgraph)], simd="portable").model_c
     report = evaluate(batched, model, calibration[:8], latency_runs=1, layers=[])
     assert report["bit_exact"] and report["batch"] == 4
 
@@ -79,4 +79,4 @@ def test_a_batch_runs_image_by_image_where_images_never_mix():
     unknown = dataclasses.replace(qgraph, nodes=[dataclasses.replace(
         qgraph.nodes[0], node=dataclasses.replace(qgraph.nodes[0].node, op="pad"))] + qgraph.nodes[1:])
     assert emit_c.split_images(unknown) is None
-    assert f"{symbol}_image(" not in emit_c.emit_module([(symbol, mixed)], simd="portable")
+    assert f"{symbol}_image(" not in emit_c.emit_module([(symbol, mixed)], simd="portable").model_c

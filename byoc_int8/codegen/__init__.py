@@ -1,4 +1,5 @@
-"""The ``ccompiler`` external codegen: quantized regions -> one C source runtime module.
+"""The ``ccompiler`` external codegen: quantized regions -> one object file, a TVM static library
+module that ``export_library`` links into the ``.so``.
 
 Importing this package registers ``relax.ext.ccompiler``, which ``relax.transform.RunCodegen``
 calls with every function annotated ``Codegen="ccompiler"``. Option ``simd`` ("avx512vnni",
@@ -12,8 +13,9 @@ import tvm_ffi
 
 from ..quantize import quantized_region
 from .emit_c import emit_module
+from .objects import compile_module
 
-__all__ = ["emit_module", "ccompiler_codegen"]
+__all__ = ["emit_module", "compile_module", "ccompiler_codegen"]
 
 
 @tvm_ffi.register_global_func("relax.ext.ccompiler", override=True)
@@ -27,6 +29,4 @@ def ccompiler_codegen(functions, options, constant_names):
     # RunCodegen(target_options={"ccompiler": {"simd": "portable", "kernels": "external"}}) picks the kernels.
     simd = str(options["simd"]) if options is not None and "simd" in options else None
     kernels = str(options["kernels"]) if options is not None and "kernels" in options else "builtin"
-    source = emit_module(regions, simd, kernels)
-    create = tvm_ffi.get_global_func("runtime.CSourceModuleCreate")
-    return [create(source, "c", [symbol for symbol, _ in regions], [])]
+    return [compile_module(emit_module(regions, simd, kernels))]

@@ -28,8 +28,9 @@
 extern "C" {
 #endif
 
-/* Linkage of every kernel. The code generator pastes the kernels into each generated module and
- * defines B8_API as `static` so that two modules loaded into one process cannot clash. */
+/* Linkage of every kernel (a library may give it a visibility). The code generator compiles the
+ * kernels with hidden visibility and makes them local to each module's object, so that two
+ * modules linked or loaded together cannot clash. */
 #ifndef B8_API
 #define B8_API
 #endif

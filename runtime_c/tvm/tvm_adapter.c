@@ -1,11 +1,11 @@
 /*
- * The TVM side of a generated model (byoc_int8_model.h): each region's entry point
- * __tvm_ffi_<symbol> checks its arguments, allocates the arena and runs the model's code, and
- * the kernels it may split run over TVM's thread pool. Filters are packed once, on first use,
- * for the kernels compiled in.
+ * The TVM side of a generated model (byoc_int8_model.h, tvm_adapter.h): each region's entry
+ * point __tvm_ffi_<symbol> hands its region to b8_tvm_call, which checks the arguments,
+ * allocates the arena and runs the model's code; the kernels it may split run over TVM's thread
+ * pool. Filters are packed once, on first use, for the kernels compiled in.
  *
- * Compiled inside the generated module (as C++ by TVM's export_library, and as C99 by CMake's
- * check), after byoc_int8.h, the kernels and byoc_int8_model.h.
+ * Compiled once per kernel build, in one translation unit after byoc_int8.h and the kernels
+ * (byoc_int8/codegen/objects.py); the models' code is another unit, linked with it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,21 +14,7 @@
 #include <tvm/runtime/c_backend_api.h>
 
 #include "byoc_int8_model.h"
-
-/* What the entry point of one region needs to know about it. */
-typedef struct {
-  const char* name;              /* the symbol */
-  const char* simd;              /* the kernels compiled in, for the error message */
-  int32_t num_inputs, num_outputs;
-  const int32_t* ndim;           /* per argument (inputs, then outputs) */
-  const int64_t* const* shape;   /* per argument */
-  const int32_t* is_int8;        /* per argument: int8, else float32 */
-  int64_t arena_bytes;
-  int32_t num_nodes;
-  const char* const* node_labels; /* "node 3 (ccompiler.conv2d_bias_relu)" */
-  /* The model's code: B8_MODEL_OK or a B8_MODEL_* error with `where` the node or input index. */
-  int (*run)(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, int32_t* where);
-} b8_region;
+#include "tvm_adapter.h"
 
 static int b8_fail(const char* message) {
   TVMFFIErrorSetRaisedFromCStr("ValueError", message);
@@ -240,16 +226,16 @@ enum { B8_PROFILE_CAPACITY = 1 << 16 };
 static const char* b8_profile_names[B8_PROFILE_CAPACITY];
 static int64_t b8_profile_ns[B8_PROFILE_CAPACITY];
 static int32_t b8_profile_count;
-static int64_t b8_profile_start; /* of the call in progress */
-static int b8_profile_status;
+int64_t b8_profile_start;
+int b8_profile_status;
 
-static int64_t b8_profile_now(void) {
+int64_t b8_profile_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static int b8_profile_record(const char* name, int64_t start) {
+int b8_profile_record(const char* name, int64_t start) {
   const int64_t ns = b8_profile_now() - start;
   if (b8_profile_count < B8_PROFILE_CAPACITY) {
     b8_profile_names[b8_profile_count] = name;
@@ -258,9 +244,6 @@ static int b8_profile_record(const char* name, int64_t start) {
   return 0;
 }
 
-#ifdef __cplusplus
-extern "C" {
-#endif
 /* Copies up to `capacity` records (the oldest first) and empties the log; returns how many. */
 __attribute__((visibility("default"))) int32_t b8_profile_read(const char** names, int64_t* ns, int32_t capacity) {
   const int32_t count = b8_profile_count < capacity ? b8_profile_count : capacity;
@@ -271,35 +254,10 @@ __attribute__((visibility("default"))) int32_t b8_profile_read(const char** name
   b8_profile_count = 0;
   return count;
 }
-#ifdef __cplusplus
-}
-#endif
 
-/* One call timed; the comma operator orders the clock reads around it. The kernels are defined
- * above, so these names only reach the generated models' code below. */
-#define B8_TIMED(name, call) \
-  (b8_profile_start = b8_profile_now(), b8_profile_status = (int)(call), \
-   b8_profile_record(name, b8_profile_start), (b8_status)b8_profile_status)
-#define b8_model_conv(...) B8_TIMED("conv", b8_model_conv(__VA_ARGS__))
-#define b8_model_add(...) B8_TIMED("add", b8_model_add(__VA_ARGS__))
-#define b8_model_max_pool(...) B8_TIMED("max_pool", b8_model_max_pool(__VA_ARGS__))
-#define b8_dense_s8(...) B8_TIMED("dense", b8_dense_s8(__VA_ARGS__))
-#define b8_dense_s8_double_requant(...) B8_TIMED("dense", b8_dense_s8_double_requant(__VA_ARGS__))
-#define b8_avg_pool2d_s8(...) B8_TIMED("avg_pool", b8_avg_pool2d_s8(__VA_ARGS__))
-#define b8_global_avg_pool_s8(...) B8_TIMED("global_avg_pool", b8_global_avg_pool_s8(__VA_ARGS__))
-#define b8_mul_s8(...) B8_TIMED("mul", b8_mul_s8(__VA_ARGS__))
-#define b8_lut_s8(...) B8_TIMED("lut", b8_lut_s8(__VA_ARGS__))
-#define b8_clip_s8(...) B8_TIMED("clip", b8_clip_s8(__VA_ARGS__))
-#define b8_model_concat(...) B8_TIMED("concat", b8_model_concat(__VA_ARGS__))
-#define b8_slice_s8(...) B8_TIMED("slice", b8_slice_s8(__VA_ARGS__))
-#define b8_pad_s8(...) B8_TIMED("pad", b8_pad_s8(__VA_ARGS__))
-#define b8_transpose_s8(...) B8_TIMED("transpose", b8_transpose_s8(__VA_ARGS__))
-#define b8_model_quantize(...) B8_TIMED("quantize", b8_model_quantize(__VA_ARGS__))
-#define b8_dequantize_f32(...) B8_TIMED("dequantize", b8_dequantize_f32(__VA_ARGS__))
 #endif /* B8_PROFILE */
 
-/* The body of every region's __tvm_ffi_<symbol>. */
-static int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
+int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
 #if defined(B8_PROFILE) && B8_PROFILE
   const int64_t region_start = b8_profile_now();
 #endif

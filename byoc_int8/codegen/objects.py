@@ -1,0 +1,111 @@
+"""Build: a generated module's C (:class:`~.emit_c.ModuleSource`) -> one relocatable object,
+handed to TVM as a static library that ``export_library`` links into the ``.so``.
+
+* The regions' unit and the kernels' unit compile separately. The kernels' object depends only on
+  the kernel build (implementation, rounding, the sources), so each process compiles it once and
+  keeps its bytes: every later model of that build compiles only its own code.
+* The int8 constants never become C text: an assembler file places each one (aligned, named as
+  the regions' code declares it) with ``.incbin`` from one binary file.
+* Both units are compiled with hidden visibility and linked with ``ld -r``; ``objcopy
+  --localize-hidden`` then leaves only the ``__tvm_ffi_<symbol>`` entries global, so two modules
+  can be linked into one library, or loaded into one process, without a clash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import tvm
+import tvm_ffi.libinfo
+
+from ..memory import ALIGN
+from .emit_c import ModuleSource
+
+# No FP exception flags are read, so the vectorizer may assume none: loops with truncf and float
+# selects (the boundary quantize) vectorize; results are the same.
+C_FLAGS = ("-std=gnu11", "-O3", "-fno-trapping-math", "-fPIC", "-fvisibility=hidden")
+
+
+def _tool(name: str, env: str | None = None) -> str:
+    """The program `name` (or the one environment variable `env` names) as a path."""
+    wanted = (os.environ.get(env) if env else None) or name
+    found = shutil.which(wanted)
+    if not found:
+        source = f" (from {env})" if wanted != name else ""
+        raise RuntimeError(f"byoc_int8 builds its modules with a C compiler, ld and objcopy: {wanted!r}{source} "
+                           "was not found (Debian: apt-get install gcc binutils)")
+    return found
+
+
+def _include_flags() -> tuple[str, ...]:
+    paths = [tvm.libinfo.find_include_path(), tvm_ffi.libinfo.find_include_path(),
+             tvm_ffi.libinfo.find_dlpack_include_path()]
+    return tuple(f"-I{path}" for path in dict.fromkeys(paths))
+
+
+def _start(command: list[str], workdir: Path) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _compile(cc: str, source: str, name: str, workdir: Path) -> subprocess.Popen:
+    """Starts compiling `source` (C) to `workdir`/`name`.o."""
+    (workdir / f"{name}.c").write_text(source)
+    return _start([cc, *C_FLAGS, *_include_flags(), "-c", f"{name}.c", "-o", f"{name}.o"], workdir)
+
+
+def _finish(started: list[tuple[str, subprocess.Popen]]) -> None:
+    """Waits for every process, then raises naming the first that failed."""
+    failures = []
+    for what, process in started:
+        output, _ = process.communicate()
+        if process.returncode:
+            failures.append(f"{what} failed ({' '.join(process.args)}):\n{output[-4000:]}")
+    if failures:
+        raise RuntimeError(failures[0])
+
+
+# The kernels' object of each kernel build this process has compiled, by its unit's text.
+_KERNEL_OBJECTS: dict[str, bytes] = {}
+
+
+def _constants_assembly(constants: tuple[tuple[str, bytes], ...], blob: str) -> str:
+    """Each int8 constant, read-only and aligned, from its span of the file `blob`."""
+    lines = ['  .section .rodata.byoc_int8,"a"']
+    offset = 0
+    for name, data in constants:
+        lines += [f"  .balign {ALIGN}", f"  .globl {name}", f"  .hidden {name}", f"  .size {name}, {len(data)}",
+                  f"{name}:"]
+        if data:
+            lines.append(f'  .incbin "{blob}", {offset}, {len(data)}')
+        offset += len(data)
+    lines.append('  .section .note.GNU-stack,"",%progbits')  # no executable stack
+    return "\n".join(lines) + "\n"
+
+
+def compile_module(source: ModuleSource) -> tvm.runtime.Module:
+    """The module as one object file in a TVM static library module."""
+    cc, ld, objcopy = _tool("gcc", "CC"), _tool("ld"), _tool("objcopy")
+    key = hashlib.sha256(source.kernels_c.encode()).hexdigest()
+    with tempfile.TemporaryDirectory(prefix="byoc_int8_module_") as name:
+        workdir = Path(name)
+        started = []
+        if key not in _KERNEL_OBJECTS:  # a kernel build not seen yet compiles while the model does
+            started.append(("compiling the kernels", _compile(cc, source.kernels_c, "kernels", workdir)))
+        started.append(("compiling the generated model", _compile(cc, source.model_c, "model", workdir)))
+        (workdir / "constants.bin").write_bytes(b"".join(data for _, data in source.int8_constants))
+        (workdir / "constants.s").write_text(_constants_assembly(source.int8_constants, "constants.bin"))
+        started.append(("assembling the constants", _start([cc, "-c", "constants.s", "-o", "constants.o"], workdir)))
+        _finish(started)
+        if key in _KERNEL_OBJECTS:
+            (workdir / "kernels.o").write_bytes(_KERNEL_OBJECTS[key])
+        else:
+            _KERNEL_OBJECTS[key] = (workdir / "kernels.o").read_bytes()
+        _finish([("linking the module", _start([ld, "-r", "-o", "module.o", "model.o", "constants.o", "kernels.o"], workdir))])
+        _finish([("hiding the kernels", _start([objcopy, "--localize-hidden", "module.o"], workdir))])
+        # The module keeps the object's bytes: the directory can go.
+        return tvm.runtime.load_static_library(str(workdir / "module.o"), list(source.symbols))

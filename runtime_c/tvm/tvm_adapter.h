@@ -1,0 +1,40 @@
+/*
+ * Between a generated model's code and the TVM adapter (tvm_adapter.c), which are compiled as
+ * two translation units and linked into one object (byoc_int8/codegen/objects.py): what a
+ * region's entry point __tvm_ffi_<symbol> hands to the adapter.
+ */
+#ifndef BYOC_INT8_TVM_ADAPTER_H_
+#define BYOC_INT8_TVM_ADAPTER_H_
+
+#include <stdint.h>
+#include <tvm/ffi/c_api.h>
+
+/* What the entry point of one region needs to know about it. */
+typedef struct {
+  const char* name;              /* the symbol */
+  const char* simd;              /* the kernels compiled in, for the error message */
+  int32_t num_inputs, num_outputs;
+  const int32_t* ndim;           /* per argument (inputs, then outputs) */
+  const int64_t* const* shape;   /* per argument */
+  const int32_t* is_int8;        /* per argument: int8, else float32 */
+  int64_t arena_bytes;
+  int32_t num_nodes;
+  const char* const* node_labels; /* "node 3 (ccompiler.conv2d_bias_relu)" */
+  /* The model's code: B8_MODEL_OK or a B8_MODEL_* error with `where` the node or input index. */
+  int (*run)(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, int32_t* where);
+} b8_region;
+
+/* The body of every region's __tvm_ffi_<symbol>: checks the arguments (naming the region and the
+ * argument in the error it raises), runs the region, and turns a B8_MODEL_* status into an error
+ * naming the node. */
+int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result);
+
+#if defined(B8_PROFILE) && B8_PROFILE
+/* The per-call log of B8_PROFILE builds (tvm_adapter.c; profile_calls.h times the calls). */
+extern int64_t b8_profile_start; /* of the call in progress */
+extern int b8_profile_status;
+int64_t b8_profile_now(void);
+int b8_profile_record(const char* name, int64_t start);
+#endif
+
+#endif /* BYOC_INT8_TVM_ADAPTER_H_ */

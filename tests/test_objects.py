@@ -1,0 +1,83 @@
+"""The generated module as one object (byoc_int8/codegen/objects.py): the int8 constants enter as
+bytes, the kernels compile once per process and kernel build, only the regions' entries stay
+global, and a missing or failing compiler is named."""
+
+import dataclasses
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from byoc_int8 import reference
+from byoc_int8.codegen import emit_c, objects
+from byoc_int8.pipeline import compile_model
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 8, 3, padding=1)).eval()
+    data = np.random.default_rng(0).standard_normal((4, 3, 12, 12)).astype(np.float32)
+    return compile_model(model, data, output_path=tmp_path_factory.mktemp("objects") / "model.so", simd="portable")
+
+
+@pytest.fixture(scope="module")
+def region(compiled):
+    (symbol, qgraph), = reference.quantized_regions(compiled.module).items()
+    return symbol, qgraph
+
+
+def _global_symbols(path) -> set[str]:
+    listing = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in listing.stdout.splitlines() if line.strip()}
+
+
+def test_library_holds_the_weights_as_bytes_and_exports_only_the_entries(compiled, region):
+    symbol, qgraph = region
+    exported = _global_symbols(compiled.library_path)
+    assert f"__tvm_ffi_{symbol}" in exported
+    assert all(name.startswith("__tvm_ffi_") for name in exported), sorted(exported)  # no b8_* kernels
+    library = open(compiled.library_path, "rb").read()
+    weights = [q.params["weight"] for q in qgraph.nodes if q.op == "conv2d"]
+    assert len(weights) == 2
+    for w in weights:  # each filter's codes, as the kernels read them
+        assert w.astype(np.int8).tobytes() in library
+
+
+def test_kernels_compile_once_per_process_and_kernel_build(region, monkeypatch):
+    compiles = []
+    start = objects._compile
+
+    def recording(cc, source, name, workdir):
+        compiles.append(name)
+        return start(cc, source, name, workdir)
+
+    monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})
+    monkeypatch.setattr(objects, "_compile", recording)
+    for simd in ("portable", "portable", "avx2", "portable"):
+        assert objects.compile_module(emit_c.emit_module([region], simd=simd)).kind == "static_library"
+    assert compiles == ["kernels", "model", "model", "kernels", "model", "model"]
+
+
+def test_two_modules_link_into_one_library_without_a_clash(region, tmp_path):
+    """Both objects define every kernel; made local to each, they link side by side."""
+    _, qgraph = region
+    paths = []
+    for symbol in ("first", "second"):
+        module = objects.compile_module(emit_c.emit_module([(symbol, qgraph)], simd="portable"))
+        paths.append(str(tmp_path / f"{symbol}.o"))
+        module.write_to_file(paths[-1])
+    linked = subprocess.run(["gcc", "-shared", "-o", str(tmp_path / "both.so"), *paths], capture_output=True, text=True)
+    assert linked.returncode == 0, linked.stderr[-3000:]
+    assert _global_symbols(tmp_path / "both.so") == {"__tvm_ffi_first", "__tvm_ffi_second"}
+
+
+def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
+    source = emit_c.emit_module([region], simd="portable")
+    with pytest.raises(RuntimeError, match="(?s)compiling the generated model failed.*not_c"):
+        objects.compile_module(dataclasses.replace(source, model_c=source.model_c + "\nint not_c = ;\n"))
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises(RuntimeError, match=r"'/nonexistent/cc' \(from CC\) was not found"):
+        objects.compile_module(source)
