@@ -165,9 +165,9 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that a case takes in a kernel
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
     tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), as the
-    input's pixels (pointwise), or their rows read in place or gathered, signed or unsigned inputs and
-    the epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for
-    VNNI also 32; else 8 lanes, or scalar)."""
+    input's pixels (pointwise), or their rows read in place (a tile's row of windows stepped) or
+    gathered, signed or unsigned inputs and the epilogue of each channel tile (fused into the tile
+    for whole blocks: 16 channels, and for VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -214,6 +214,16 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         inside &= ~overrun
         paths |= {"in place"} if inside.any() else set()
         paths |= {"gathered"} if (~inside).any() else set()
+        # A whole tile in one output row with every window inside, its rows read in place: the
+        # rows of each pixel are stepped from the previous pixel's, with no test per pixel.
+        first = np.arange(begin, end - tile_pixels + 1, tile_pixels)
+        ox, oy = first % ow, first // ow % oh
+        x0, y0 = ox * sw - left, oy * sh - case["padding"][0]
+        y_last = y0 + (kh - 1) * case["dilation"][0]
+        tile_read_end = ((first // (ow * oh) * h + y_last) * w + x0 + (tile_pixels - 1) * sw) * cin + row
+        row_tile = (in_place & (ox + tile_pixels <= ow) & (x0 >= 0) & (x0 + (tile_pixels - 1) * sw + kw <= w)
+                    & (y0 >= 0) & (y_last < h) & (tile_read_end <= n * h * w * cin))
+        paths |= {"row of windows"} if row_tile.any() else set()
     if tiles > 1:
         paths.add("several pixel tiles")
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))

@@ -78,7 +78,7 @@ def test_draws_are_reproducible_and_independent():
 # The paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that the sample must take in each build.
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "read end gathered", "whole pixel tile",
               "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
-              "several channel tiles", "epilogue x8", "epilogue scalar", "portable"}
+              "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])

@@ -115,7 +115,8 @@ def test_conv2d(kernels, seed, kind):
 # chooses them).
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered",
               "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
-              "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk", "pointwise"}
+              "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk", "pointwise",
+              "row of windows"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])

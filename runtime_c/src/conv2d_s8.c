@@ -562,6 +562,30 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           tile_segment[0][p] = first + p < chunk_end ? input + (first + p) * in_c : padding;
         continue;
       }
+      if (per_row && ox + B8_TILE_PIXELS <= out_w && chunk + (t + 1) * B8_TILE_PIXELS <= chunk_end) {
+        /* A whole tile in one output row, every window inside the input (most tiles of a layer
+         * with wide rows): each pixel's rows are the previous pixel's, stride_w x c bytes on. Its
+         * pixels then cost no tests (per pixel they took 16% of a 7x7 stem's time). */
+        const int32_t ix0 = ox * conv->stride_w - conv->pad_left, iy0 = oy * conv->stride_h - conv->pad_top;
+        const int64_t step = (int64_t)conv->stride_w * in_c;
+        if (ix0 >= 0 && ix0 + (B8_TILE_PIXELS - 1) * conv->stride_w + k_w <= in_w && iy0 >= 0 &&
+            iy0 + last_row_offset < input_dims->h) {
+          const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
+          const int8_t* last_row = first_row + (B8_TILE_PIXELS - 1) * step + (int64_t)last_row_offset * in_w * in_c;
+          if (row_len <= input_end - last_row) {
+            for (int32_t ky = 0; ky < k_h; ++ky)
+              for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) tile_segment[ky][p] = first_row + ky * row_stride + p * step;
+            if ((ox += B8_TILE_PIXELS) == out_w) {
+              ox = 0;
+              if (++oy == out_h) {
+                oy = 0;
+                image += image_size;
+              }
+            }
+            continue;
+          }
+        }
+      }
       for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
         if (chunk + t * B8_TILE_PIXELS + p >= chunk_end) { /* past the last pixel: any readable bytes do */
           for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = padding;
