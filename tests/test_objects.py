@@ -81,3 +81,22 @@ def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises(RuntimeError, match=r"'/nonexistent/cc' \(from CC\) was not found"):
         objects.compile_module(source)
+
+
+@pytest.mark.parametrize("simd", ["portable", "avx2", "avx512vnni"])
+def test_both_units_compile_without_warnings(simd, tmp_path):
+    """The generated model's unit and the kernels' unit (with the adapter) are warning-free C
+    under -Wall -Wextra, for a region with convolutions, a pool, a reshape and a dense layer."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 8, 3, padding=1),
+                          nn.Flatten(), nn.Linear(8 * 6 * 6, 10)).eval()
+    data = np.random.default_rng(1).standard_normal((4, 3, 12, 12)).astype(np.float32)
+    compiled = compile_model(model, data, output_path=tmp_path / "model.so", simd=simd)
+    source = emit_c.emit_module(list(reference.quantized_regions(compiled.module).items()), simd=simd)
+    ops = {q.op for qgraph in reference.quantized_regions(compiled.module).values() for q in qgraph.nodes}
+    assert {"conv2d", "max_pool2d", "dense"} <= ops, ops
+    for name, text in (("model", source.model_c), ("kernels", source.kernels_c)):
+        (tmp_path / f"{name}.c").write_text(text)
+        done = subprocess.run(["gcc", *objects.C_FLAGS, *objects._include_flags(), "-Wall", "-Wextra", "-Werror", "-c",
+                               f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0 and not done.stderr, (name, done.stderr[-3000:])
