@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_leaves
 
 from .calibrate import CALIBRATORS
 from .codegen.emit_c import SIMD_FLAGS, cpu_flags
-from .errors import CalibrationDataError, ModelFileError, ModelImportError, UserError
+from .errors import CalibrationDataError, ModelFileError, ModelImportError, ToolchainError, UserError
 from .frontend import check_pt2_archive
 from .inputs import check_samples, load_inputs, load_npy
 from .layer_errors import layer_errors, plot_layer_errors
@@ -231,6 +231,11 @@ def _run_command(args) -> int:
         if args.debug:
             raise
         raise CommandLineError(_print_error(f"{err}: install it (pip install {err.name})")) from None
+    except ToolchainError as err:
+        if args.debug:
+            raise
+        _print_error(str(err))
+        raise SystemExit(1) from None
     except Exception as err:
         if args.debug:
             raise

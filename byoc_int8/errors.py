@@ -21,6 +21,11 @@ class ModelImportError(RuntimeError):
     """The model could not be captured or translated."""
 
 
+class ToolchainError(RuntimeError):
+    """The C toolchain that builds a module (the compiler, ``ld``, ``objcopy``) is missing or
+    failed: the message names the tool, and its output."""
+
+
 class ModelFileError(UserError, ModelImportError):
     """A model file that is missing, unreadable, or declares something byoc-int8 refuses (a
     tensor too large, a negative dimension, content that would run code when loaded)."""

@@ -153,6 +153,20 @@ def test_a_kernel_build_this_cpu_cannot_run_is_refused_before_compiling(files, c
     assert "--simd avx2: this CPU lacks avx2, fma, so the library could not run here; use --simd portable" in line
 
 
+def test_a_missing_c_compiler_is_named_on_one_line(files, tmp_path, capsys, monkeypatch):
+    """The module is compiled with gcc (or $CC): without it, one line names the tool, status 1,
+    and no library is written."""
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    args = ["compile", "--model", str(files["pt2"]), "--calib", str(files["calib"]), "-o", str(tmp_path / "m.so"), "--quiet"]
+    with pytest.raises(SystemExit) as stop:
+        cli.main(args)
+    assert stop.value.code == 1
+    line = _one_error_line(capsys)
+    assert line.startswith("byoc-int8: error: byoc_int8 builds its modules with a C compiler, ld and objcopy: "
+                           "'/nonexistent/cc' (from CC) was not found"), line
+    assert not (tmp_path / "m.so").exists()
+
+
 def test_int8_only_lists_the_refused_ops_on_one_line(files, tmp_path, capsys):
     model = _Convs(torch.nn.Softmax(dim=1)).eval()
     torch.export.save(torch.export.export(model, (torch.randn(1, 3, 16, 16),)), tmp_path / "softmax.pt2")

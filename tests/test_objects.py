@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from byoc_int8 import reference
 from byoc_int8.codegen import emit_c, objects
+from byoc_int8.errors import ToolchainError
 from byoc_int8.pipeline import compile_model
 
 
@@ -76,10 +77,10 @@ def test_two_modules_link_into_one_library_without_a_clash(region, tmp_path):
 
 def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
     source = emit_c.emit_module([region], simd="portable")
-    with pytest.raises(RuntimeError, match="(?s)compiling the generated model failed.*not_c"):
+    with pytest.raises(ToolchainError, match="(?s)compiling the generated model failed.*not_c"):
         objects.compile_module(dataclasses.replace(source, model_c=source.model_c + "\nint not_c = ;\n"))
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    with pytest.raises(RuntimeError, match=r"'/nonexistent/cc' \(from CC\) was not found"):
+    with pytest.raises(ToolchainError, match=r"'/nonexistent/cc' \(from CC\) was not found"):
         objects.compile_module(source)
 
 

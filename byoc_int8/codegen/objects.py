@@ -21,10 +21,15 @@ import tempfile
 from pathlib import Path
 
 import tvm
+import tvm_ffi
 import tvm_ffi.libinfo
 
+from ..errors import ToolchainError
 from ..memory import ALIGN
 from .emit_c import ModuleSource
+
+# Raised inside RunCodegen's call: registered, it reaches the caller as itself.
+tvm_ffi.register_error(ToolchainError)
 
 # No FP exception flags are read, so the vectorizer may assume none: loops with truncf and float
 # selects (the boundary quantize) vectorize; results are the same.
@@ -37,7 +42,7 @@ def _tool(name: str, env: str | None = None) -> str:
     found = shutil.which(wanted)
     if not found:
         source = f" (from {env})" if wanted != name else ""
-        raise RuntimeError(f"byoc_int8 builds its modules with a C compiler, ld and objcopy: {wanted!r}{source} "
+        raise ToolchainError(f"byoc_int8 builds its modules with a C compiler, ld and objcopy: {wanted!r}{source} "
                            "was not found (Debian: apt-get install gcc binutils)")
     return found
 
@@ -66,7 +71,7 @@ def _finish(started: list[tuple[str, subprocess.Popen]]) -> None:
         if process.returncode:
             failures.append(f"{what} failed ({' '.join(process.args)}):\n{output[-4000:]}")
     if failures:
-        raise RuntimeError(failures[0])
+        raise ToolchainError(failures[0])
 
 
 # The kernels' object of each kernel build this process has compiled, by its unit's text.
