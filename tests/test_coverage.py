@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from byoc_int8 import cli
+from byoc_int8 import cli, reference
 from byoc_int8.models import BUILTIN_MODELS
 from byoc_int8.partition import Int8OnlyError
 from byoc_int8.pipeline import compile_model, evaluate
@@ -25,7 +25,7 @@ def check_all_int8(model, input_shape, calib_count=16, eval_count=3, min_cosine=
 
 
 class Branches(nn.Module):
-    """concat of two branches at different scales, permute, pad, reshape, dense in the middle."""
+    """concat of two branches whose ranges differ 4x, permute, pad, reshape, dense in the middle."""
 
     def __init__(self):
         super().__init__()
@@ -34,7 +34,7 @@ class Branches(nn.Module):
         self.fc1 = nn.Linear(9 * 7 * 8, 32)
         self.fc2 = nn.Linear(32, 5)
         with torch.no_grad():
-            self.b.weight.mul_(4.0)  # the two branches meet at very different scales
+            self.b.weight.mul_(4.0)  # the two branches meet with very different ranges
 
     def forward(self, x):
         y = torch.cat([torch.relu(self.a(x)), self.b(x)], dim=1)
@@ -81,6 +81,46 @@ def test_concat_layout_changes_and_dense_in_the_middle():
     # One scale for both branches costs the small one about two bits: a looser bound.
     report = check_all_int8(Branches(), (1, 4, 6, 5), min_cosine=0.995)
     assert report["ops_total"] >= 10
+
+
+class ConcatInputs(nn.Module):
+    """A concatenation's inputs of every kind: convolutions made only for it (one through a
+    nested concatenation), a convolution's output that another convolution also reads, and a
+    max pool, which keeps its input's encoding."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = (nn.Conv2d(4, 6, k, padding=k // 2) for k in (1, 3, 1, 1))
+        self.e = nn.Conv2d(6, 6, 1)
+        with torch.no_grad():
+            self.a.weight.mul_(4.0)  # the widest input: the concatenation's range is about a's
+            self.b.weight.mul_(0.25)
+
+    def forward(self, x):
+        b = self.b(x)
+        inner = torch.cat([torch.relu(self.a(x)), self.c(x)], dim=1)
+        pooled = nn.functional.max_pool2d(self.d(x), 3, stride=1, padding=1)
+        return torch.cat([inner, b, pooled, self.e(torch.relu(b))], dim=1)
+
+
+def test_a_concatenation_s_own_inputs_take_its_encoding():
+    """Inputs made only for a concatenation by a requantizing op take its scale and zero point
+    (TFLite's int8 rule), so it copies them; the others keep theirs and are rescaled."""
+    model = ConcatInputs().eval()
+    calib = np.random.default_rng(0).standard_normal((16, 4, 7, 6)).astype(np.float32)
+    compiled = compile_model(model, calib)
+    (qgraph,) = reference.quantized_regions(compiled.module).values()
+    concats = [q for q in qgraph.nodes if q.op == "concat"]
+    assert len(concats) == 2
+    inner, outer = concats
+    out = qgraph.quants[outer.node.output]
+    assert outer.node.inputs[0] == inner.node.output
+    assert [qgraph.quants[v] == out for v in inner.node.inputs + outer.node.inputs] == [True, True, True, False, False, True]
+    assert qgraph.quants[outer.node.inputs[1]].scale < out.scale / 1.5  # b, also read by e: its own, finer
+    pool = next(q for q in qgraph.nodes if q.op == "max_pool2d")
+    assert qgraph.quants[outer.node.inputs[2]] == qgraph.quants[pool.node.inputs[0]]  # the pool keeps d's
+    report = evaluate(compiled, model, calib[:3], latency_runs=1)
+    assert report["bit_exact"] and report["regions"] == 1 and report["cosine_vs_float"] >= 0.999
 
 
 def test_strict_mode_lists_every_op_and_default_mode_runs_a_host_island():
