@@ -93,8 +93,9 @@ def test_both_units_compile_without_warnings(simd, tmp_path):
                           nn.Flatten(), nn.Linear(8 * 6 * 6, 10)).eval()
     data = np.random.default_rng(1).standard_normal((4, 3, 12, 12)).astype(np.float32)
     compiled = compile_model(model, data, output_path=tmp_path / "model.so", simd=simd)
-    source = emit_c.emit_module(list(reference.quantized_regions(compiled.module).items()), simd=simd)
-    ops = {q.op for qgraph in reference.quantized_regions(compiled.module).values() for q in qgraph.nodes}
+    regions = reference.quantized_regions(compiled.module)
+    source = emit_c.emit_module(list(regions.items()), simd=simd)
+    ops = {q.op for qgraph in regions.values() for q in qgraph.nodes}
     assert {"conv2d", "max_pool2d", "dense"} <= ops, ops
     for name, text in (("model", source.model_c), ("kernels", source.kernels_c)):
         (tmp_path / f"{name}.c").write_text(text)

@@ -337,7 +337,7 @@ B8_INLINE void b8_dw_halves16(const int32_t* values, __m256i out[2]) {
   out[1] = _mm256_permute2x128_si256(first, second, 0x31);
 }
 
-/* b8_depthwise_wide of the AVX-512 build, in blocks of 16 channels while 16 remain. */
+/* The AVX2 build's b8_depthwise_wide: blocks of 16 channels while 16 remain (else as above). */
 static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
                                  const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
                                  const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
