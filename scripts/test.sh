@@ -20,4 +20,9 @@ cmake --build "$ROOT/build" -j 2 > /dev/null
 (cd "$ROOT/build" && ctest --output-on-failure)
 # Two threads in TVM's pool, so that the generated code's work splitting runs in every test.
 export TVM_NUM_THREADS="${TVM_NUM_THREADS:-2}"
-cd "$ROOT" && exec "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# The tests' tmp_path folders and torch's compile cache go in one folder, removed at the end, so
+# that a run leaves nothing under /tmp.
+SCRATCH="$(mktemp -d)"
+trap 'rm -rf "$SCRATCH"' EXIT
+export TORCHINDUCTOR_CACHE_DIR="$SCRATCH/torchinductor"
+cd "$ROOT" && "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp "$SCRATCH/pytest" "$@"
