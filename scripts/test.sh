@@ -2,6 +2,11 @@
 # Every test: the C kernel library and its unit tests (CMake + ctest), then the Python suite.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The tests' tmp_path folders and torch's compile cache (which importing torch creates, in the
+# set-up's check too) go in one folder, removed at the end, so that a run leaves nothing under /tmp.
+SCRATCH="$(mktemp -d)"
+trap 'rm -rf "$SCRATCH"' EXIT
+export TORCHINDUCTOR_CACHE_DIR="$SCRATCH/torchinductor"
 source "$ROOT/scripts/bootstrap.sh"
 # The standalone C export is checked with clang, and on aarch64 / riscv64 under qemu.
 MISSING=""
@@ -20,9 +25,4 @@ cmake --build "$ROOT/build" -j 2 > /dev/null
 (cd "$ROOT/build" && ctest --output-on-failure)
 # Two threads in TVM's pool, so that the generated code's work splitting runs in every test.
 export TVM_NUM_THREADS="${TVM_NUM_THREADS:-2}"
-# The tests' tmp_path folders and torch's compile cache go in one folder, removed at the end, so
-# that a run leaves nothing under /tmp.
-SCRATCH="$(mktemp -d)"
-trap 'rm -rf "$SCRATCH"' EXIT
-export TORCHINDUCTOR_CACHE_DIR="$SCRATCH/torchinductor"
 cd "$ROOT" && "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp "$SCRATCH/pytest" "$@"
