@@ -14,8 +14,8 @@ change), checked to give the same bytes, timed interleaved with this tree's (A/B
 sample round, so a slow phase of the shared machine hits both alike). Figures are the best of
 --samples samples, each at least --min-ms of back-to-back calls
 (the minimum over samples: other processes on a shared machine only add time). Columns: GMAC/s and the share
-of the peak given by --peak (GMAC/s per core, default the VNNI / AVX2 peaks measured by
-benchmarks/int8_peak.c on the development machine), and, with --compare, the speedup.
+of the one-thread peak of the build's ISA, measured on this machine by benchmarks/int8_peak.c at the
+start of the run (the portable build is compared with the AVX2 peak), and, with --compare, the speedup.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kernel_calls  # noqa: E402
+from bench_models import measure_peaks  # noqa: E402
 from kernel_calls import ConvParams, Dims, RequantParams, i8, i32, ptr  # noqa: E402
 
 # The fastest of the samples: on a shared machine other processes only ever add time.
 STAT = min
-PEAK = {"avx512vnni": 555.0, "avx2": 92.0, "portable": 92.0}
 
 
 def layer_shapes(model: str) -> list[tuple]:
@@ -133,6 +133,10 @@ def main() -> None:
     parser.add_argument("--filter", default="", help="only layers whose name contains this")
     args = parser.parse_args()
     variants = args.variant or ["avx512vnni"]
+    peaks, peak_error = measure_peaks([1])
+    if peak_error:
+        sys.exit(peak_error)
+    peak = {"avx512vnni": peaks.get(("avx512vnni", 1)), "avx2": peaks.get(("avx2", 1)), "portable": peaks.get(("avx2", 1))}
     rng = np.random.default_rng(0)
     for model in args.models.split(","):
         layers = [Layer(s, rng, args.symmetric) for s in layer_shapes(model)]
@@ -143,7 +147,7 @@ def main() -> None:
             if args.compare:
                 libs["old"] = kernel_calls.load(kernel_calls.library_path(args.compare, variant, args.rounding),
                                                 variant, args.rounding)
-            print(f"\n{model}, {variant} ({args.rounding}), one thread; peak {PEAK[variant]:.0f} GMAC/s")
+            print(f"\n{model}, {variant} ({args.rounding}), one thread; peak {peak[variant]:.0f} GMAC/s")
             header = f"{'layer':44} {'MMAC':>7} {'GMAC/s':>7} {'%peak':>6}"
             if args.compare:
                 header += f" {'old GMAC/s':>10} {'speedup':>7}"
@@ -161,7 +165,7 @@ def main() -> None:
                         times[key].append(time_call(layer, lib, args.min_ms))
                 new = STAT(times["new"])
                 rate = layer.macs / new / 1e9
-                line = f"{layer.name():44} {layer.macs / 1e6:7.1f} {rate:7.1f} {100 * rate / PEAK[variant]:5.0f}%"
+                line = f"{layer.name():44} {layer.macs / 1e6:7.1f} {rate:7.1f} {100 * rate / peak[variant]:5.0f}%"
                 total_new += new * layer.count
                 total_macs += layer.macs * layer.count
                 if args.compare:
@@ -170,7 +174,7 @@ def main() -> None:
                     line += f" {layer.macs / old / 1e9:10.1f} {old / new:6.2f}x"
                 print(line, flush=True)
             line = f"{'all convs (weighted)':44} {total_macs / 1e6:7.1f} {total_macs / total_new / 1e9:7.1f} " \
-                   f"{100 * total_macs / total_new / 1e9 / PEAK[variant]:5.0f}%"
+                   f"{100 * total_macs / total_new / 1e9 / peak[variant]:5.0f}%"
             if args.compare:
                 line += f" {total_macs / total_old / 1e9:10.1f} {total_old / total_new:6.2f}x"
             print(line + f"   ({1e3 * total_new:.2f} ms)")

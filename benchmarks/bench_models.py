@@ -68,8 +68,7 @@ def allowed_cpus() -> set[int]:
 
 
 def measure_peaks(threads: list[int]) -> tuple[dict[tuple[str, int], float], str]:
-    """GMAC/s per (ISA, threads) from benchmarks/int8_peak.c, compiled here with the system cc
-    (at -O1: GCC 12 at -O2 keeps stack copies of the accumulators inside the loop)."""
+    """GMAC/s per (ISA, threads) from benchmarks/int8_peak.c, compiled here with the system cc."""
     with tempfile.TemporaryDirectory(prefix="int8_peak") as tmp:
         binary = Path(tmp) / "int8_peak"
         cc = os.environ.get("CC", "cc")

@@ -38,7 +38,10 @@ static volatile int64_t sink;
 #define REP12(X) REP6(X) X(6) X(7) X(8) X(9) X(10) X(11)
 #define REP16(X) REP12(X) X(12) X(13) X(14) X(15)
 
-/* 6 accumulators; operands from 2 x 3 registers so that no two products are the same value. */
+/* 6 accumulators; operands from 2 x 3 registers so that no two products are the same value.
+ * The loop is written in assembly: compiled from intrinsics, GCC 12 keeps copies of some
+ * operands on the stack at -O1 and reloads them every iteration, and that store-to-load chain
+ * (not the multiplier) then bounds the loop at about 0.63 of the peak on Zen 4. */
 __attribute__((target("avx2"))) static void avx2_loop(uint64_t iters) {
   __m256i a0 = _mm256_set1_epi8(3), a1 = _mm256_set1_epi8(5);
   __m256i b0 = _mm256_set1_epi8(-7), b1 = _mm256_set1_epi8(11), b2 = _mm256_set1_epi8(13);
@@ -46,12 +49,23 @@ __attribute__((target("avx2"))) static void avx2_loop(uint64_t iters) {
 #define DECL(k) __m256i c##k = _mm256_set1_epi32(k);
   REP6(DECL)
 #undef DECL
-#define MAC(acc, a, b) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
-  for (uint64_t i = 0; i < iters; ++i) {
-    CHANGES(a0); CHANGES(a1); CHANGES(b0); CHANGES(b1); CHANGES(b2);
-    MAC(c0, a0, b0); MAC(c1, a0, b1); MAC(c2, a0, b2);
-    MAC(c3, a1, b0); MAC(c4, a1, b1); MAC(c5, a1, b2);
-  }
+  /* acc += vpmaddwd(vpmaddubsw(a, b), ones), through two scratch registers (renamed, so the six
+   * triples stay independent). */
+#define MAC(acc, a, b, t)                 \
+  "vpmaddubsw %[" b "], %[" a "], %%" t "\n\t" \
+  "vpmaddwd %[ones], %%" t ", %%" t "\n\t"     \
+  "vpaddd %%" t ", %[" acc "], %[" acc "]\n\t"
+  if (iters)
+    __asm__ volatile("1:\n\t"
+                     MAC("c0", "a0", "b0", "ymm14") MAC("c1", "a0", "b1", "ymm15")
+                     MAC("c2", "a0", "b2", "ymm14") MAC("c3", "a1", "b0", "ymm15")
+                     MAC("c4", "a1", "b1", "ymm14") MAC("c5", "a1", "b2", "ymm15")
+                     "dec %[n]\n\t"
+                     "jnz 1b"
+                     : [c0] "+x"(c0), [c1] "+x"(c1), [c2] "+x"(c2), [c3] "+x"(c3), [c4] "+x"(c4),
+                       [c5] "+x"(c5), [n] "+r"(iters)
+                     : [a0] "x"(a0), [a1] "x"(a1), [b0] "x"(b0), [b1] "x"(b1), [b2] "x"(b2), [ones] "x"(ones)
+                     : "xmm14", "xmm15", "cc");
 #undef MAC
   __m256i s = _mm256_setzero_si256();
 #define SUM(k) s = _mm256_add_epi32(s, c##k);
