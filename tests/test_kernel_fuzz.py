@@ -89,7 +89,7 @@ def test_sample_reaches_every_conv2d_path(variant):
             reached.update(kernel_calls.conv2d_paths(fuzz_kernels.draw("conv2d", rounding, index, SEED), variant))
     fused = {"epilogue fused x16", "epilogue fused clamped"}
     vnni = {"narrow channel tile", "epilogue fused x32"}
-    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else set())
+    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else {"signed corrected"})
     assert expected <= set(reached), expected - set(reached)
 
 
