@@ -14,7 +14,8 @@
  * Each ISA's loop is compiled for that ISA alone (function target attributes), so the binary
  * needs no -m flags and runs anywhere; an ISA the CPU lacks is skipped. The operands are
  * loop-invariant, so an empty asm statement tells the compiler they change every iteration
- * (no instruction is emitted for it): nothing is hoisted out of the loop. Each thread (pthreads,
+ * (no instruction is emitted for it): nothing is hoisted out of the loop. The AVX2 loop is
+ * assembly itself (see avx2_loop). Each thread (pthreads,
  * not pinned) runs the same number of iterations; GMAC/s = all MACs / wall time from a common
  * start to the last thread's end, the best of 5 repetitions of ~0.2 s.
  */
