@@ -192,8 +192,9 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     # 1x1, stride 1, no padding, whole 4-byte steps: each pixel's patch is its input pixel.
     pointwise = (kh, kw, sh, sw, case["padding"][0], left) == (1, 1, 1, 1, 0, 0) and (h, w) == (oh, ow) and cin % 4 == 0
     tiles = 0
-    for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
-        begin, end = max(begin, 0), min(end, n * oh * ow)
+    ranges = [(max(begin, 0), min(end, n * oh * ow))
+              for begin, end in ([(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"])]
+    for begin, end in ranges:
         for first in range(begin, end, tile_pixels):
             tiles += 1
             paths.add("whole pixel tile" if end - first >= tile_pixels else "partial pixel tile")
@@ -231,6 +232,15 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     if tiles > 1:
         paths.add("several pixel tiles")
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
+    # AVX2's corrected form runs two whole, fused blocks at a time (b8_tile_pair), two pixels per
+    # pass: a tile of at most 2 pixels takes one pass.
+    pair_end = 0
+    if "signed corrected" in paths and vector:
+        pair_end = cout // (2 * tile_channels) * 2 * tile_channels
+        if pair_end:
+            paths.add("corrected pair tile")
+            counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
+            paths |= {"corrected pair, one pass"} if any(count <= 2 for count in counts) else set()
     for oc0 in range(0, cout, tile_channels):
         channels = min(tile_channels, cout - oc0)
         paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")

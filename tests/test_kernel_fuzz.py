@@ -79,6 +79,8 @@ def test_draws_are_reproducible_and_independent():
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "read end gathered", "whole pixel tile",
               "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows"}
+# AVX2 only: signed inputs in the corrected form, alone or two blocks at a time (b8_tile_pair).
+AVX2_PATHS = {"signed corrected", "corrected pair tile", "corrected pair, one pass"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
@@ -89,7 +91,7 @@ def test_sample_reaches_every_conv2d_path(variant):
             reached.update(kernel_calls.conv2d_paths(fuzz_kernels.draw("conv2d", rounding, index, SEED), variant))
     fused = {"epilogue fused x16", "epilogue fused clamped"}
     vnni = {"narrow channel tile", "epilogue fused x32"}
-    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else {"signed corrected"})
+    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else AVX2_PATHS)
     assert expected <= set(reached), expected - set(reached)
 
 
