@@ -542,9 +542,9 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
 /* The tile in code for each form: unsigned inputs, the sign trick, corrected. Inlined: called,
  * it cost 16-channel layers about 10% (a call per tile and block). */
 B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t* w,
-                    int nonnegative, const int32_t* negative_sums, const int32_t* bias,
-                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
-                    int32_t stride, int32_t count) {
+                       int nonnegative, const int32_t* negative_sums, const int32_t* bias,
+                       int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
+                       int32_t stride, int32_t count) {
   if (negative_sums)
     b8_tile_body(segment, segments, run, w, 0, negative_sums, bias, acc, e, out, stride, count);
   else if (nonnegative)
