@@ -800,17 +800,12 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       const int fused = vector_epilogue && channels == 16;
       b8_block_epilogue e;
       if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, &e);
-      if (corrected && fused && out_c - oc0 >= 2 * B8_TILE_CHANNELS) { /* two whole blocks: b8_tile_pair */
-        b8_block_epilogue next;
+      /* The corrected form takes two whole blocks at a time (b8_tile_pair) while two remain. */
+      const int pair = corrected && fused && out_c - oc0 >= 2 * B8_TILE_CHANNELS;
+      b8_block_epilogue next;
+      if (pair) {
         b8_block_epilogue_load(quant, table, padded_c, oc0 + B8_TILE_CHANNELS, &next);
-        for (int32_t t = 0; t < tiles; ++t) {
-          const int64_t first = chunk + t * B8_TILE_PIXELS;
-          const int32_t count = chunk_end - first < B8_TILE_PIXELS ? (int32_t)(chunk_end - first) : B8_TILE_PIXELS;
-          b8_tile_pair(segment[t], segments, seg_len, w, (int64_t)B8_TILE_CHANNELS * depth, negative_sums[t],
-                       start + oc0, &e, &next, output + first * out_c + oc0, out_c, count);
-        }
         step = 2 * B8_TILE_CHANNELS;
-        continue;
       }
 #endif
       for (int32_t t = 0; t < tiles; ++t) {
@@ -829,6 +824,11 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           b8_tile(segment[t], segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
                   out + oc0, out_c, count, prefetch);
 #else
+        if (pair) {
+          b8_tile_pair(segment[t], segments, seg_len, w, (int64_t)B8_TILE_CHANNELS * depth, negative_sums[t],
+                       start + oc0, &e, &next, out + oc0, out_c, count);
+          continue;
+        }
         b8_tile(segment[t], segments, seg_len, w, input_nonnegative, corrected ? negative_sums[t] : NULL, start + oc0,
                 acc, fused ? &e : NULL, out + oc0, out_c, count);
 #endif
