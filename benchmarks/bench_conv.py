@@ -66,7 +66,7 @@ def layer_shapes(model: str) -> list[tuple]:
 
 
 class Layer:
-    def __init__(self, shape, rng, symmetric: bool):
+    def __init__(self, shape, rng, symmetric: bool, weight_max: int = 127):
         h, w, cin, cout, kh, kw, stride, pad, first, self.count = shape
         self.shape = shape
         self.oh, self.ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
@@ -75,7 +75,7 @@ class Layer:
         lo = 0 if self.nonnegative else -128
         zero_point = -128 if not (symmetric or first) else 0
         self.x = rng.integers(lo, 128, (1, h, w, cin), dtype=np.int8)
-        self.weight = rng.integers(-127, 128, (cout, kh, kw, cin), dtype=np.int8)
+        self.weight = rng.integers(-weight_max, weight_max + 1, (cout, kh, kw, cin), dtype=np.int8)
         self.bias = rng.integers(-(1 << 14), 1 << 14, cout).astype(np.int32)
         self.multiplier = rng.integers(1 << 30, 1 << 31, cout).astype(np.int32)
         self.shift = rng.integers(-12, -8, cout).astype(np.int32)
@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=9)
     parser.add_argument("--min-ms", type=float, default=20.0)
     parser.add_argument("--symmetric", action="store_true")
+    parser.add_argument("--weight-max", type=int, default=127,
+                        help="weights in [-N, N]: 63 for 7-bit weights (the AVX2 kernels' offset form)")
     parser.add_argument("--filter", default="", help="only layers whose name contains this")
     args = parser.parse_args()
     variants = args.variant or ["avx512vnni"]
@@ -139,7 +141,7 @@ def main() -> None:
     peak = {"avx512vnni": peaks.get(("avx512vnni", 1)), "avx2": peaks.get(("avx2", 1)), "portable": peaks.get(("avx2", 1))}
     rng = np.random.default_rng(0)
     for model in args.models.split(","):
-        layers = [Layer(s, rng, args.symmetric) for s in layer_shapes(model)]
+        layers = [Layer(s, rng, args.symmetric, args.weight_max) for s in layer_shapes(model)]
         layers = [layer for layer in layers if args.filter in layer.name()]
         for variant in variants:
             libs = {"new": kernel_calls.load(kernel_calls.library_path(args.build_dir, variant, args.rounding),

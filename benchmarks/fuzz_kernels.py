@@ -102,10 +102,13 @@ def int8_data(rng, shape, nonnegative: bool = False) -> np.ndarray:
 
 
 def weights(rng, shape) -> np.ndarray:
-    """Symmetric int8 weights in [-127, 127]: uniform, all +-127, sparse, or small."""
+    """Symmetric int8 weights in [-127, 127]: uniform, 7-bit (within [-64, 64], many at the ends,
+    as the AVX2 tiles' offset form takes them), all +-127, sparse, or small."""
     r = rng.random()
-    if r < 0.5:
+    if r < 0.4:
         w = rng.integers(-127, 128, shape)
+    elif r < 0.5:
+        w = np.clip(rng.integers(-80, 81, shape), -64, 64)
     elif r < 0.65:
         w = rng.choice(np.array([-127, 127]), shape)
     elif r < 0.85:

@@ -166,8 +166,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
     tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), as the
     input's pixels (pointwise), or their rows read in place (a tile's row of windows stepped) or
-    gathered, signed or unsigned inputs (AVX2: signed ones by the sign trick, or in the corrected
-    form from 4 channel blocks) and the epilogue of each channel tile (fused into the tile for whole blocks: 16
+    gathered, signed or unsigned inputs (AVX2: signed ones offset by 128 where every weight lies in
+    [-64, 64], else by the sign trick, or in the corrected form from 4 channel blocks) and the epilogue of each channel tile (fused into the tile for whole blocks: 16
     channels, and for VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
@@ -178,7 +178,10 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     oh, ow = case["out_hw"]
     (sh, sw), (_, left), (_, dw) = case["strides"], case["padding"], case["dilation"]
     paths = {"tile", "unsigned" if case["nonnegative"] and case["pad_value"] >= 0 else "signed"}
-    if variant == "avx2" and "signed" in paths and weight.shape[0] > 3 * tile_channels:
+    if variant == "avx2" and "signed" in paths and np.abs(weight.astype(np.int32)).max(initial=0) <= 64:
+        # 7-bit weights: a + 128 as unsigned times w, the weight sums taken from the bias
+        paths = paths - {"signed"} | {"signed offset"}
+    elif variant == "avx2" and "signed" in paths and weight.shape[0] > 3 * tile_channels:
         # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick
         paths = paths - {"signed"} | {"signed corrected"}
     row = -(-kw * cin // 4) * 4  # a kernel row's bytes, padded to whole 4-byte steps

@@ -79,8 +79,9 @@ def test_draws_are_reproducible_and_independent():
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "read end gathered", "whole pixel tile",
               "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows"}
-# AVX2 only: signed inputs in the corrected form, alone or two blocks at a time (b8_tile_pair).
-AVX2_PATHS = {"signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# AVX2 only: signed inputs offset (7-bit weights) or in the corrected form, alone or two blocks at
+# a time (b8_tile_pair).
+AVX2_PATHS = {"signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])

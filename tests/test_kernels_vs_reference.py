@@ -94,6 +94,8 @@ def random_conv_case(rng, kind):
     multiplier, shift = random_requant(rng, cout, kh * kw * group_in)
     z_out = random_zero_point(rng, output=True)
     split = int(rng.integers(0, n * oh * ow + 1))
+    if rng.random() < 0.3:  # 7-bit weights, many at the ends: the AVX2 tiles' offset form
+        weight = np.clip(weight, -64, 64)
     return {"x": x, "weight": weight, "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
             "multiplier": multiplier, "shift": shift, "groups": groups, "strides": (sh, sw), "padding": tuple(pad[:2]),
             "dilation": (dh, dw), "out_hw": (oh, ow), "pad_value": random_zero_point(rng), "output_zero_point": z_out,
@@ -117,8 +119,9 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
               "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk", "pointwise",
               "row of windows"}
-# AVX2 only: signed inputs in the corrected form, alone or two blocks at a time (b8_tile_pair).
-AVX2_PATHS = {"signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# AVX2 only: signed inputs offset (7-bit weights) or in the corrected form, alone or two blocks at
+# a time (b8_tile_pair).
+AVX2_PATHS = {"signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
@@ -632,4 +635,28 @@ def per_tap_case(seed):
 @pytest.mark.parametrize("seed", PER_TAP_SEEDS)
 def test_conv2d_per_tap(kernels, seed):
     expected = assert_matches(kernels, "conv2d", per_tap_case(seed))
+    assert len(np.unique(expected)) > 3
+
+
+@pytest.mark.parametrize("bound", [64, 65])
+@pytest.mark.parametrize("cout", [16, 64])
+def test_conv2d_weight_range_edge(kernels, bound, cout):
+    """The AVX2 tiles' offset form multiplies a + 128 (up to 255) by weights in int16 pairs, exact
+    only while every weight lies in [-64, 64]: filters at that bound (taking the form) and one
+    past it (which must not: its pairs would saturate) on inputs mostly at 127, where the pairs
+    are largest."""
+    rng = np.random.default_rng(7000 + bound + cout)
+    cin, kernel, n, h, w = 32, 3, 1, 6, 7
+    x = rng.integers(-128, 128, (n, h, w, cin), dtype=np.int8)
+    x[rng.random(x.shape) < 0.6] = 127
+    weight = rng.integers(-bound, bound + 1, (cout, kernel, kernel, cin))
+    ends = rng.random(weight.shape) < 0.5
+    weight[ends] = np.where(rng.random(int(ends.sum())) < 0.5, -bound, bound)
+    multiplier, shift = random_requant(rng, cout, kernel * kernel * cin)
+    case = {"x": x, "weight": weight.astype(np.int8), "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
+            "multiplier": multiplier, "shift": np.minimum(shift, 0), "groups": 1, "strides": (1, 1),
+            "padding": (1, 1), "dilation": (1, 1), "out_hw": (h, w), "pad_value": -128, "output_zero_point": 0,
+            "act": (-128, 127), "nonnegative": False, "pixels": None, "fill": 0}
+    assert ("signed offset" in kernel_calls.conv2d_paths(case, "avx2")) == (bound == 64)
+    expected = assert_matches(kernels, "conv2d", case)
     assert len(np.unique(expected)) > 3

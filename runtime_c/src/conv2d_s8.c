@@ -125,6 +125,8 @@ enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 /* Kernel rows or taps read in place (taller kernels gather); tiles located at once; the weight
  * bytes above which channel blocks run over chunks of tiles. */
 enum { B8_MAX_SEGMENTS = 16, B8_CHUNK_TILES = 8, B8_CHUNK_WEIGHT_BYTES = 256 * 1024 };
+/* The packed filter's last int32 when every weight lies in [-64, 64] (b8_conv2d_s8_pack_filter). */
+enum { B8_WEIGHTS_7BIT = 0x37626974 };
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -459,11 +461,19 @@ static __m128i b8_negative_magnitude(const int8_t* x, int32_t n, __m128i sums) {
   return sums;
 }
 
+/* How the AVX2 tile multiplies: unsigned inputs as they are; inputs that may be negative by one
+ * of three exact forms (b8_tile_body). */
+typedef enum { B8_FORM_UNSIGNED, B8_FORM_OFFSET, B8_FORM_SIGN, B8_FORM_CORRECTED } b8_sign_form;
+
 /* acc[p][oc] = bias[oc] + the patch of pixel p times the channel's weights, for 4 pixels x 16
  * channels. With `e`, the tile requantizes in registers and writes the `count` pixels' 16
  * channels to out (rows `stride` bytes apart); else it stores the accumulators in acc.
  * vpmaddubsw multiplies unsigned by signed bytes and adds pairs in int16, so inputs that may be
- * negative take one of two exact forms:
+ * negative take one of three exact forms:
+ *  - offset, where every weight lies in [-64, 64] (a filter quantized to 7 bits): a + 128 as
+ *    unsigned times b, as the VNNI tiles do (the accumulators start from the bias less 128 x the
+ *    channel's weight sum); a pair of products lies in [-32640, 32640], and the loop is the
+ *    unsigned one plus one xor per pixel and step;
  *  - the sign trick: |a| times b with a's sign (vpsignb), at most 128 x 127 per product;
  *  - corrected (negative_sums not NULL): |a| times b ^ m, where m is all ones for a < 0. Then
  *    |a| (b ^ m) = |a| (-b - 1) = a b - |a|, so the tile adds back, per pixel, the sum of |a| over
@@ -474,13 +484,13 @@ static __m128i b8_negative_magnitude(const int8_t* x, int32_t n, __m128i sums) {
  *    on layers of 64 or more channels, which repay the correction's pass over the patch, and
  *    b8_tile_pair adds another 1.05-1.1x. */
 B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                            const int8_t* w, const int nonnegative, const int32_t* negative_sums,
+                            const int8_t* w, const b8_sign_form form, const int32_t* negative_sums,
                             const int32_t* bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],
                             const b8_block_epilogue* e, int8_t* out, int32_t stride, int32_t count) {
-  const __m256i ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256(), flip = _mm256_set1_epi8((char)0x80);
   const __m256i b0 = _mm256_loadu_si256((const __m256i*)bias), b1 = _mm256_loadu_si256((const __m256i*)(bias + 8));
   __m256i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
-  if (negative_sums) {
+  if (form == B8_FORM_CORRECTED) {
 #define B8_CORRECT(p, acc0, acc1)                                   \
   acc0 = _mm256_add_epi32(acc0, _mm256_set1_epi32(negative_sums[p])); \
   acc1 = _mm256_add_epi32(acc1, _mm256_set1_epi32(negative_sums[p]))
@@ -495,12 +505,14 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     int32_t quad;                                                                         \
     memcpy(&quad, (pixel) + k, 4);                                                        \
     __m256i x = _mm256_set1_epi32(quad), v0 = w0, v1 = w1;                                \
-    if (negative_sums) {                                                                  \
+    if (form == B8_FORM_CORRECTED) {                                                      \
       const __m256i negative = _mm256_cmpgt_epi8(zero, x);                                \
       v0 = _mm256_xor_si256(w0, negative);                                                \
       v1 = _mm256_xor_si256(w1, negative);                                                \
       x = _mm256_abs_epi8(x);                                                             \
-    } else if (!nonnegative) {                                                            \
+    } else if (form == B8_FORM_OFFSET) {                                                  \
+      x = _mm256_xor_si256(x, flip);                                                      \
+    } else if (form == B8_FORM_SIGN) {                                                    \
       v0 = _mm256_sign_epi8(w0, x);                                                       \
       v1 = _mm256_sign_epi8(w1, x);                                                       \
       x = _mm256_abs_epi8(x);                                                             \
@@ -542,15 +554,17 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
 /* The tile in code for each form: unsigned inputs, the sign trick, corrected. Inlined: called,
  * it cost 16-channel layers about 10% (a call per tile and block). */
 B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t* w,
-                       int nonnegative, const int32_t* negative_sums, const int32_t* bias,
+                       b8_sign_form form, const int32_t* negative_sums, const int32_t* bias,
                        int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
                        int32_t stride, int32_t count) {
-  if (negative_sums)
-    b8_tile_body(segment, segments, run, w, 0, negative_sums, bias, acc, e, out, stride, count);
-  else if (nonnegative)
-    b8_tile_body(segment, segments, run, w, 1, NULL, bias, acc, e, out, stride, count);
-  else
-    b8_tile_body(segment, segments, run, w, 0, NULL, bias, acc, e, out, stride, count);
+  switch (form) {
+    case B8_FORM_UNSIGNED: b8_tile_body(segment, segments, run, w, B8_FORM_UNSIGNED, NULL, bias, acc, e, out, stride, count); break;
+    case B8_FORM_OFFSET: b8_tile_body(segment, segments, run, w, B8_FORM_OFFSET, NULL, bias, acc, e, out, stride, count); break;
+    case B8_FORM_SIGN: b8_tile_body(segment, segments, run, w, B8_FORM_SIGN, NULL, bias, acc, e, out, stride, count); break;
+    case B8_FORM_CORRECTED:
+      b8_tile_body(segment, segments, run, w, B8_FORM_CORRECTED, negative_sums, bias, acc, e, out, stride, count);
+      break;
+  }
 }
 
 /* The corrected form (b8_tile_body) on two whole blocks at once, w's and the next one
@@ -663,23 +677,26 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int32_t last_row_offset = (k_h - 1) * conv->dilation_h; /* of a window's last row, in input rows */
   const int64_t row_stride = (int64_t)conv->dilation_h * in_w * in_c;
   const int8_t* segment[B8_CHUNK_TILES][B8_MAX_SEGMENTS][B8_TILE_PIXELS];
-#if !B8_USE_AVX512VNNI
-  /* Signed inputs take b8_tile's corrected form where at least 4 channel blocks share each
-   * pixel's correction, else the sign trick. */
-  const int corrected = !input_nonnegative && out_c > 3 * B8_TILE_CHANNELS;
+  const int32_t padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
+  const int32_t* weight_sums = (const int32_t*)(packed + (int64_t)padded_c * depth);
+#if B8_USE_AVX512VNNI
+  const int offset = !input_nonnegative;
+#else
+  /* Signed inputs take b8_tile's offset form where the filter's weights allow it (7 bits), else
+   * the corrected form where at least 4 channel blocks share each pixel's correction, else the
+   * sign trick. */
+  const int offset = !input_nonnegative && weight_sums[padded_c] == B8_WEIGHTS_7BIT && depth <= (1 << 15);
+  const b8_sign_form form = input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
+                            : out_c > 3 * B8_TILE_CHANNELS ? B8_FORM_CORRECTED : B8_FORM_SIGN;
+  const int corrected = form == B8_FORM_CORRECTED;
   int32_t negative_sums[B8_CHUNK_TILES][B8_TILE_PIXELS];
 #endif
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
-   * start (VNNI with signed inputs: less the offset correction, -128 x the weight sum). */
-  const int32_t padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
+   * start (the offset forms: less 128 x the weight sum). */
   int32_t* start = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
   for (int32_t oc = 0; oc < padded_c; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
-#if B8_USE_AVX512VNNI
-  if (!input_nonnegative) {
-    const int32_t* sums = (const int32_t*)(packed + (int64_t)padded_c * depth);
-    for (int32_t oc = 0; oc < out_c; ++oc) start[oc] -= 128 * sums[oc];
-  }
-#endif
+  if (offset)
+    for (int32_t oc = 0; oc < out_c; ++oc) start[oc] -= 128 * weight_sums[oc];
   /* The vector epilogue needs every shift <= 0 (factors below 1, the usual case); its estimate's
    * constants are prepared here for the whole call. Shift-only requantization (multiplier NULL:
    * power-of-two scales) takes the scalar epilogue. */
@@ -829,7 +846,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                        start + oc0, &e, &next, out + oc0, out_c, count);
           continue;
         }
-        b8_tile(segment[t], segments, seg_len, w, input_nonnegative, corrected ? negative_sums[t] : NULL, start + oc0,
+        b8_tile(segment[t], segments, seg_len, w, form, corrected ? negative_sums[t] : NULL, start + oc0,
                 acc, fused ? &e : NULL, out + oc0, out_c, count);
 #endif
         if (fused) continue;
@@ -879,9 +896,10 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
-  /* The blocked filter, then one int32 weight sum per (padded) output channel. */
+  /* The blocked filter, one int32 weight sum per (padded) output channel, then the filter's
+   * weight range (B8_WEIGHTS_7BIT or 0). */
   const int32_t channels = b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
-  if (groups == 1) return channels * filter_dims->h * b8_patch_row(filter_dims) + channels * 4;
+  if (groups == 1) return channels * filter_dims->h * b8_patch_row(filter_dims) + channels * 4 + 4;
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -904,11 +922,17 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
             filter[(int64_t)oc * patch + k];
       }
     int32_t* sums = (int32_t*)(packed + (int64_t)blocks * t * depth);
+    int narrow = 1;
     for (int32_t oc = 0; oc < blocks * t; ++oc) {
       int32_t sum = 0;
-      for (int32_t k = 0; oc < filter_dims->n && k < patch; ++k) sum += filter[(int64_t)oc * patch + k];
+      for (int32_t k = 0; oc < filter_dims->n && k < patch; ++k) {
+        const int8_t weight = filter[(int64_t)oc * patch + k];
+        sum += weight;
+        narrow &= weight >= -64 && weight <= 64;
+      }
       sums[oc] = sum;
     }
+    sums[blocks * t] = narrow ? B8_WEIGHTS_7BIT : 0;
     return;
   }
 #endif
