@@ -45,7 +45,7 @@ from .pipeline import (
     sample_inputs,
     whole_batches,
 )
-from .qarith import ACTIVATIONS, DEFAULT_FORMAT, ROUNDINGS, NumberFormat
+from .qarith import ACTIVATIONS, DEFAULT_FORMAT, ROUNDINGS, WEIGHT_BITS, NumberFormat
 
 
 MODEL_SUFFIXES = (".pt2", ".tflite", ".onnx")
@@ -171,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--rounding", choices=ROUNDINGS,
                        help=f"requantization rounding (default: {DEFAULT_FORMAT.rounding}; tflite is TFLite's "
                             "default double rounding; a .tflite model defaults to tflite)")
+        p.add_argument("--weight-bits", type=int, choices=WEIGHT_BITS,
+                       help="weights in 8 bits (the default) or 7: one bit of weight precision for speed on "
+                            "CPUs without VNNI (the AVX2 kernels' exact fast path; ONNX Runtime's reduce_range)")
         p.add_argument("--num-calib", type=_positive, help="calibration inputs drawn for a built-in model")
         p.add_argument("--num-eval", type=_positive, help="evaluation inputs (default: the model's evaluation set)")
         p.add_argument("--int8-only", action="store_true",
@@ -293,7 +296,7 @@ def _command(args) -> int:
         raise UserError(f"--plot-layer: no layer named {args.plot_layer!r}; layers: {', '.join(e.layer for e in layers)}")
     fmt = _number_format(args) or load_profile(args.profile).number_format
     report = {"model": args.model, "calibration": method, "profile": load_profile(args.profile).name,
-              "activations": fmt.activations, "rounding": fmt.rounding,
+              "activations": fmt.activations, "rounding": fmt.rounding, "weight_bits": fmt.weight_bits,
               **evaluate(compiled, float_model, evals, labels=labels, layers=layers)}
     _print_report(_report(args, report))
     if args.plot:
@@ -319,12 +322,14 @@ def _batch_example(args, model, calib: np.ndarray) -> tuple[torch.Tensor, ...]:
 
 
 def _number_format(args) -> NumberFormat | None:
-    """--activations / --rounding over the profile's numbers, or None for the profile's own."""
-    if not (args.activations or args.rounding):
+    """--activations / --rounding / --weight-bits over the profile's numbers, or None for the
+    profile's own."""
+    if not (args.activations or args.rounding or args.weight_bits):
         return None
     base = load_profile(args.profile).number_format
     return dataclasses.replace(base, activations=args.activations or base.activations,
-                               rounding=args.rounding or base.rounding)
+                               rounding=args.rounding or base.rounding,
+                               weight_bits=args.weight_bits or base.weight_bits)
 
 
 def _kernel_options(args) -> dict:
@@ -385,6 +390,10 @@ def _check_args(args) -> None:
                                 "scales (nothing is calibrated)")
         if getattr(args, "batch", None):
             raise UserError(f"--batch does not apply to {path.name}: a model quantized elsewhere keeps its own batch")
+        if args.weight_bits:
+            raise UserError(f"--weight-bits does not apply to {path.name}: a model quantized elsewhere keeps its own "
+                            "weights (the AVX2 kernels take their fast path by themselves where every weight lies "
+                            "in [-64, 64])")
     elif suffix == ".pt2" and not args.calib:
         raise UserError("--calib (a .npy file or a directory of images) is required with a .pt2 model")
     if args.percentile is not None and args.method != "percentile":

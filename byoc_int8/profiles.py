@@ -20,6 +20,7 @@ file::
     rounding = "single"            # "tflite", "single-away"
     weights = "per-tensor"         # or "per-channel"
     scales = "power-of-two"        # or "any"
+    weight_bits = 8                # or 7
 
     [limits]                       # each optional
     max_channels = 1024
@@ -99,7 +100,7 @@ def load_profile(name_or_path: str | os.PathLike | Profile | None) -> Profile:
     try:
         fmt = NumberFormat(**numbers)
     except TypeError:
-        raise ValueError(f"profile {path}: [numbers] takes activations, rounding, weights, scales; got {sorted(numbers)}") from None
+        raise ValueError(f"profile {path}: [numbers] takes activations, rounding, weights, scales, weight_bits; got {sorted(numbers)}") from None
     return Profile(str(data.get("name", path.stem)), frozenset(data.get("ops", OPS)), fmt, dict(data.get("limits", {})))
 
 

@@ -15,7 +15,10 @@ Number formats (:class:`NumberFormat`, one per compiled model)
   rounded into [-128, 127] (so that real 0 is exactly representable).
   ``real = scale * (q - zero_point)``.
 * Weights (both): int8 in ``[-127, 127]``, symmetric, one scale per output channel:
-  ``scale_w[c] = max|w[c]| / 127``. Bias: int32 at scale ``s_in * s_w[c]``, zero point 0.
+  ``scale_w[c] = max|w[c]| / 127``; or with ``weight_bits`` 7 in ``[-63, 63]``, ``/ 63`` (one bit
+  of weight precision traded for speed where there is no VNNI: the AVX2 kernels then multiply
+  ``a + 128`` by the weights in int16 pairs without overflow, ONNX Runtime's ``reduce_range``).
+  Bias: int32 at scale ``s_in * s_w[c]``, zero point 0.
   The input zero point of a convolution or dense layer is folded into its bias at compile time
   (``bias - z_in * sum(w[c])``) and padded positions read ``z_in``, which is exactly TFLite's
   ``sum((x - z_in) * w) + bias`` over the in-bounds taps.
@@ -62,7 +65,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 INT8_MIN, INT8_MAX = -128, 127
-WEIGHT_MAX = 127
 # Largest dot-product length: with |int8 x int8| <= 2^14 and a bias below 2^30, 2^15 terms keep
 # the int32 accumulator clear of overflow, also for the AVX-512 VNNI kernels, which accumulate
 # (a + 128) x w for signed activations (at most 255 x 127 x 2^15 < 2^31).
@@ -75,6 +77,7 @@ ACTIVATIONS = ("symmetric", "asymmetric")
 ROUNDINGS = ("single", "tflite", "single-away")
 WEIGHTS = ("per-channel", "per-tensor")
 SCALES = ("any", "power-of-two")
+WEIGHT_BITS = (8, 7)
 
 
 @dataclass(frozen=True)
@@ -83,18 +86,26 @@ class NumberFormat:
 
     `weights`: one scale per output channel or one per tensor. `scales`: ``power-of-two`` rounds
     every activation and weight scale up to a power of two, so that every requantization factor
-    is a power of two and requantizing is a rounding shift (the multiplier is 2^30)."""
+    is a power of two and requantizing is a rounding shift (the multiplier is 2^30).
+    `weight_bits`: 8 (weights in [-127, 127]) or 7 ([-63, 63]: faster AVX2 kernels)."""
 
     activations: str = "asymmetric"
     rounding: str = "tflite"
     weights: str = "per-channel"
     scales: str = "any"
+    weight_bits: int = 8
+
+    @property
+    def weight_max(self) -> int:
+        """The largest weight magnitude: 127, or 63 for 7-bit weights."""
+        return (1 << (self.weight_bits - 1)) - 1
 
     def __post_init__(self) -> None:
         for field, value, choices in (("activations", self.activations, ACTIVATIONS), ("rounding", self.rounding, ROUNDINGS),
-                                      ("weights", self.weights, WEIGHTS), ("scales", self.scales, SCALES)):
+                                      ("weights", self.weights, WEIGHTS), ("scales", self.scales, SCALES),
+                                      ("weight_bits", self.weight_bits, WEIGHT_BITS)):
             if value not in choices:
-                raise ValueError(f"unknown {field} {value!r}; choose from {', '.join(choices)}")
+                raise ValueError(f"unknown {field} {value!r}; choose from {', '.join(map(str, choices))}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -104,7 +115,8 @@ class NumberFormat:
         return cls(**json.loads(text))
 
     def __str__(self) -> str:
-        extras = [v for v, default in ((self.weights, "per-channel"), (self.scales, "any")) if v != default]
+        extras = [v for v, default in ((self.weights, "per-channel"), (self.scales, "any"),
+                                       (f"{self.weight_bits}-bit weights", "8-bit weights")) if v != default]
         return "/".join([self.activations, self.rounding, *extras])
 
 
@@ -334,19 +346,20 @@ def weight_scales(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) -> np
     abs_max = np.abs(weights.reshape(weights.shape[0], -1)).max(axis=1).astype(np.float64)
     if fmt.weights == "per-tensor":
         abs_max = np.full_like(abs_max, abs_max.max(initial=0.0))
-    scales = np.where(abs_max > 0, abs_max / WEIGHT_MAX, 1.0)
+    scales = np.where(abs_max > 0, abs_max / fmt.weight_max, 1.0)
     if fmt.scales == "power-of-two":
         scales = np.array([power_of_two_above(s) for s in scales])
     return scales
 
 
 def quantize_weights(weights: np.ndarray, fmt: NumberFormat = DEFAULT_FORMAT) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 weights in [-127, 127] and their scales (weight_scales)."""
+    """Symmetric int8 weights in [-127, 127] (or [-63, 63] with 7-bit weights) and their scales
+    (weight_scales)."""
     scales = weight_scales(weights, fmt)
     q = weights.reshape(weights.shape[0], -1).astype(np.float64)
     q /= scales[:, None]
     np.rint(q, out=q)
-    np.clip(q, -WEIGHT_MAX, WEIGHT_MAX, out=q)
+    np.clip(q, -fmt.weight_max, fmt.weight_max, out=q)
     return q.astype(np.int8).reshape(weights.shape), scales
 
 

@@ -136,6 +136,10 @@ MISTAKES = {
     "corrupt .onnx": (lambda f: ["compile", "--model", str(f["corrupt.onnx"]), "-o", "o.so"], "corrupt.onnx as an ONNX model"),
     "--method with a model quantized elsewhere": (lambda f: ["compile", "--model", str(f["corrupt.onnx"]), "--method", "mse", "-o", "o.so"],
                                                   "--method does not apply to corrupt.onnx"),
+    "--weight-bits with a model quantized elsewhere": (
+        lambda f: ["compile", "--model", str(f["corrupt.onnx"]), "--weight-bits", "7", "-o", "o.so"],
+        "--weight-bits does not apply to corrupt.onnx"),
+    "--weight-bits unknown": (lambda f: _pt2(f, "--weight-bits", "6"), "argument --weight-bits: invalid choice: 6"),
 }
 
 

@@ -49,6 +49,37 @@ def test_resnet18_in_every_format(resnet18, fmt):
         assert -128 in zero_points and len(zero_points) > 2
 
 
+@pytest.mark.parametrize("simd", ["avx2", "portable"])
+def test_resnet18_with_seven_bit_weights(resnet18, simd):
+    """weight_bits 7: every weight in [-63, 63], each channel's largest at 63 (so that the AVX2
+    tiles take their offset form), bit-exact in the AVX2 build and the portable one, one bit of
+    weight precision from the 8-bit format's accuracy."""
+    from byoc_int8.codegen.emit_c import SIMD_FLAGS, cpu_flags
+
+    if not SIMD_FLAGS[simd] <= cpu_flags():
+        pytest.skip(f"this CPU cannot run {simd} code")  # hardware, not missing work
+    spec, model = resnet18
+    fmt = NumberFormat(weight_bits=7)
+    compiled = compile_model(model, spec.calibration_inputs(16), number_format=fmt, simd=simd)
+    report = evaluate(compiled, model, spec.evaluation_set(2)[0], latency_runs=1, layers=[])
+    assert report["bit_exact"] and report["max_lsb_diff"] == 0
+    assert report["cosine_vs_float"] >= 0.999
+    qgraph = next(iter(quantized_regions(compiled.module).values()))
+    assert qgraph.format == fmt and str(fmt) == "asymmetric/tflite/7-bit weights"
+    weights = [q.params["weight"] for q in qgraph.nodes if q.op in ("conv2d", "dense")]
+    assert len(weights) == 21
+    for w in weights:
+        assert np.array_equal(np.abs(w.reshape(w.shape[0], -1).astype(np.int32)).max(axis=1), np.full(w.shape[0], 63))
+
+
+def test_seven_bit_weights_scale_to_63():
+    w = np.array([[0.5, -1.0, 0.25], [2.0, 1.0, -0.03]], np.float32)
+    q, scales = qarith.quantize_weights(w, NumberFormat(weight_bits=7))
+    assert np.allclose(scales, [1.0 / 63, 2.0 / 63])
+    assert q.tolist() == [[32, -63, 16], [63, 32, -1]]
+    assert qarith.quantize_weights(w)[0].tolist() == [[64, -127, 32], [127, 64, -2]]
+
+
 def test_asymmetric_activations_follow_the_tflite_spec():
     relu = qarith.activation_quant(0.0, 6.0, "asymmetric")
     assert relu == qarith.ActivationQuant(6.0 / 255, -128)
@@ -67,6 +98,10 @@ def test_number_format_is_checked_and_round_trips():
         NumberFormat("symmetric", "banker")
     with pytest.raises(ValueError, match="unknown activations 'unsigned'"):
         NumberFormat("unsigned")
+    with pytest.raises(ValueError, match="unknown weight_bits 6; choose from 8, 7"):
+        NumberFormat(weight_bits=6)
+    seven = NumberFormat(weight_bits=7)
+    assert NumberFormat.from_json(seven.to_json()) == seven and seven.weight_max == 63
 
 
 def test_cli_takes_the_number_format(tmp_path):
@@ -77,6 +112,11 @@ def test_cli_takes_the_number_format(tmp_path):
 
     data = json.loads(report.read_text())
     assert data["activations"] == "asymmetric" and data["rounding"] == "tflite" and data["bit_exact"]
+    assert data["weight_bits"] == 8
+    assert cli.main(["run", "--model", "resnet18_stem", "--num-calib", "4", "--num-eval", "2", "--quiet",
+                     "--weight-bits", "7", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["weight_bits"] == 7 and data["bit_exact"]
 
 
 @pytest.mark.parametrize("rounding", qarith.ROUNDINGS)

@@ -36,10 +36,10 @@ def test_a_composite_needs_its_op_and_its_fused_activation(kind, needs):
 def test_user_profile_from_toml(tmp_path):
     path = tmp_path / "npu.toml"
     path.write_text('name = "npu"\nops = ["conv2d", "relu"]\n[numbers]\nactivations = "symmetric"\nrounding = "single"\n'
-                    'weights = "per-tensor"\n[limits]\nmax_kernel = 3\nmemory_bytes = 4096\n')
+                    'weights = "per-tensor"\nweight_bits = 7\n[limits]\nmax_kernel = 3\nmemory_bytes = 4096\n')
     profile = profiles.load_profile(path)
     assert profile.ops == {"conv2d", "relu"} and profile.limits == {"max_kernel": 3, "memory_bytes": 4096}
-    assert profile.number_format == NumberFormat("symmetric", "single", "per-tensor", "any")
+    assert profile.number_format == NumberFormat("symmetric", "single", "per-tensor", "any", weight_bits=7)
     assert profiles.load_profile("pow2-npu") is profiles.BUILTIN_PROFILES["pow2-npu"]
 
 
@@ -47,6 +47,7 @@ def test_user_profile_from_toml(tmp_path):
     ('ops = ["conv3d"]', r"unknown ops \['conv3d'\]"),
     ("[limits]\nmax_kernel = -1", "bad limits"),
     ("[numbers]\nscales = \"log\"", "unknown scales 'log'"),
+    ("[numbers]\nweight_bits = 6", "unknown weight_bits 6"),
     ("[numbers]\nbits = 4", r"\[numbers\] takes"),
     ("colour = 1", r"unknown keys \['colour'\]"),
     ("ops = [", "not valid TOML"),
