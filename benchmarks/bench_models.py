@@ -2,12 +2,12 @@
 
     pip install -e '.[bench]'      # onnxruntime, onnx (without them their rows are left out)
     python benchmarks/bench_models.py [--models resnet18,mobilenet_v2] [--threads 1,2]
-        [--blocks 5] [--runs 10] [--simd avx2] [--portable] [--batch 1] [--calib 16]
+        [--blocks 5] [--runs 10] [--simd avx2] [--portable] [--batch 1] [--calib 16] [--weight-bits 8,7]
 
 Models: torchvision networks with random weights and randomized batch-norm statistics (as
 ``benchmarks/coverage.py`` builds them), standard-normal inputs. Systems: byoc-int8 with each
 kernel build this CPU runs (``--simd`` picks some; the portable build only with ``--portable`` or
-``--simd portable``: it is slow), ONNX Runtime static QDQ int8 (per-channel int8 weights; uint8
+``--simd portable``: it is slow; ``--weight-bits 8,7`` also with 7-bit weights, rows "w7"), ONNX Runtime static QDQ int8 (per-channel int8 weights; uint8
 and int8 activations) and fp32, PyTorch FX int8 (x86 backend; "n/a" and the reason where it
 does not quantize the model) and PyTorch eager fp32.
 All of them calibrate on the same ``--calib`` inputs.
@@ -206,10 +206,12 @@ class System:
     note: str = ""  # why it does not run ("n/a (...)")
 
 
-def byoc_systems(model, calib, x, builds: list[str], threads: list[int], compile_seconds: dict) -> list[System]:
+def byoc_systems(model, calib, x, builds: list[str], threads: list[int], compile_seconds: dict,
+                 weight_bits: list[int]) -> list[System]:
     import torch
     import tvm
     from byoc_int8.pipeline import compile_model
+    from byoc_int8.qarith import NumberFormat
 
     configure = tvm.get_global_func("runtime.config_threadpool")
     num_threads = tvm.get_global_func("runtime.NumThreads")
@@ -219,10 +221,12 @@ def byoc_systems(model, calib, x, builds: list[str], threads: list[int], compile
         assert num_threads() == n, (num_threads(), n)
 
     systems = []
-    for simd in builds:
+    for simd, bits in ((simd, bits) for simd in builds for bits in weight_bits):
+        label = simd if bits == 8 else f"{simd} w{bits}"
         start = time.perf_counter()
-        compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd)
-        compile_seconds[simd] = time.perf_counter() - start
+        compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd,
+                                 number_format=NumberFormat(weight_bits=bits))
+        compile_seconds[label] = time.perf_counter() - start
         main, tensor = compiled.vm["main"], tvm.runtime.tensor(x)
 
         def run(main=main, tensor=tensor, compiled=compiled):  # compiled: keeps its library alive
@@ -231,7 +235,7 @@ def byoc_systems(model, calib, x, builds: list[str], threads: list[int], compile
                 out = out[0]
             return out
 
-        systems.append(System(f"byoc-int8 {simd}", "byoc", None if simd == "portable" else simd,
+        systems.append(System(f"byoc-int8 {label}", "byoc", None if simd == "portable" else simd,
                               {t: run for t in threads}, prepare))
     return systems
 
@@ -385,9 +389,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="images per run (default 1)")
     parser.add_argument("--calib", type=int, default=16, help="calibration inputs (default 16)")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    parser.add_argument("--weight-bits", default="8",
+                        help="byoc-int8 weight widths to run each build with, comma-separated: 8 (the default), "
+                             "7 (rows 'w7': the AVX2 kernels' fast path, one bit of weight precision less)")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     threads = sorted({int(t) for t in args.threads.split(",") if t})
+    weight_bits = [int(b) for b in args.weight_bits.split(",") if b]
+    if not weight_bits or not set(weight_bits) <= {7, 8}:
+        parser.error("--weight-bits takes 8 and / or 7")
     if not threads or min(threads) < 1 or args.blocks < 1 or args.runs < 1 or args.batch < 1:
         parser.error("thread counts, --blocks, --runs and --batch must be positive")
 
@@ -465,7 +475,7 @@ def main() -> None:
             if not args.no_torch:
                 systems += [torch_system(model, calib, x, threads, best_isa), torch_fp32_system(model, x, threads)]
             compile_seconds: dict[str, float] = {}
-            systems = byoc_systems(model, calib, x, builds, threads, compile_seconds) + systems
+            systems = byoc_systems(model, calib, x, builds, threads, compile_seconds, weight_bits) + systems
             for simd, seconds in compile_seconds.items():
                 compile_rows.append((name, simd, seconds))
             outputs = {}
