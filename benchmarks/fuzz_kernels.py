@@ -248,9 +248,20 @@ def _conv_rest(rng, case: dict, in_c: int, weight: np.ndarray, out_c: int, terms
 
 
 def gen_conv2d(rng) -> dict:
-    """Plain (groups 1, channel counts around whole tiles), grouped, depthwise-shaped grouped,
-    and now and then a patch at the longest the VNNI tile takes signed (2^15 bytes)."""
+    """Plain (groups 1, channel counts around whole tiles), stems (3x3 or 7x7 on 3 channels over
+    rows wide enough for whole tiles of windows: patches gathered whole), grouped, depthwise-shaped
+    grouped, and now and then a patch at the longest the VNNI tile takes signed (2^15 bytes)."""
     r = rng.random()
+    if r < 0.05:
+        kernel = int(rng.choice([3, 7]))
+        stride, out_c = int(rng.integers(1, 3)), channels(rng)
+        h, w = int(rng.integers(kernel, 24)), int(rng.integers(16, 48))
+        case = {"groups": 1, "n": 1, "hw": (h, w), "kernel": (kernel, kernel), "strides": (stride, stride),
+                "padding": (kernel // 2, kernel // 2), "dilation": (1, 1),
+                "out_hw": (out_size(h, kernel // 2, kernel // 2, kernel, stride, 1),
+                           out_size(w, kernel // 2, kernel // 2, kernel, stride, 1))}
+        weight = weights(rng, (out_c, kernel, kernel, 3))
+        return _conv_rest(rng, case, 3, weight, out_c, kernel * kernel * 3)
     if r < 0.6:
         groups, group_in, group_out = 1, channels(rng), channels(rng)
     elif r < 0.8:

@@ -166,7 +166,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
     tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), as the
     input's pixels (pointwise), or their rows read in place (a tile's row of windows stepped) or
-    gathered, signed or unsigned inputs (AVX2: signed ones offset by 128 where every weight lies in
+    gathered (patches whose row padding would be a tenth of them or more: their rows gathered back
+    to back, copied where the window is inside), signed or unsigned inputs (AVX2: signed ones offset by 128 where every weight lies in
     [-64, 64], else by the sign trick, or in the corrected form from 4 channel blocks) and the epilogue of each channel tile (fused into the tile for whole blocks: 16
     channels, and for VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
@@ -185,13 +186,20 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick
         paths = paths - {"signed"} | {"signed corrected"}
     row = -(-kw * cin // 4) * 4  # a kernel row's bytes, padded to whole 4-byte steps
-    if (kw * cin) % 4:
+    # Rows back to back where row padding would be a tenth of the patch or more, gathered.
+    contiguous = (kh * row - -(-kh * kw * cin // 4) * 4) * 10 >= kh * row
+    if contiguous:
+        paths.add("contiguous patch")
+        row = kw * cin
+    elif (kw * cin) % 4:
         paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
-    packed = -(-cout // tile_channels) * tile_channels * kh * row
+    packed = -(-cout // tile_channels) * tile_channels * -(-kh * row // 4) * 4
     per_tap = cin % 4 == 0 and kh * kw <= MAX_SEGMENTS and packed > CHUNK_WEIGHT_BYTES
-    in_place = not per_tap and dw == 1 and kh <= MAX_SEGMENTS
+    in_place = not per_tap and not contiguous and dw == 1 and kh <= MAX_SEGMENTS
+    copied = contiguous and dw == 1  # windows inside the input: rows copied 32 bytes at a time
+    read = -(-row // 32) * 32 if copied else row  # bytes read from a window's last row
     # 1x1, stride 1, no padding, whole 4-byte steps: each pixel's patch is its input pixel.
     pointwise = (kh, kw, sh, sw, case["padding"][0], left) == (1, 1, 1, 1, 0, 0) and (h, w) == (oh, ow) and cin % 4 == 0
     tiles = 0
@@ -211,16 +219,18 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
             continue
         pixel = np.arange(begin, max(begin, end))
         ix0 = pixel % ow * sw - left
-        inside = in_place & (ix0 >= 0) & (ix0 + kw <= w)
+        inside = (in_place or copied) & (ix0 >= 0) & (ix0 + kw <= w)
         # In place, the last kernel row inside the input must not be read past the input's end.
         top = pixel // ow % oh * sh - case["padding"][0]
         last = np.minimum(top + (kh - 1) * case["dilation"][0], h - 1)
         last = last - (last - top) % case["dilation"][0] if kh > 1 else top
-        read_end = ((pixel // (ow * oh) * h + last) * w + ix0) * cin + row
+        read_end = ((pixel // (ow * oh) * h + last) * w + ix0) * cin + read
         overrun = inside & (last >= 0) & (last >= top) & (read_end > n * h * w * cin)
         paths |= {"read end gathered"} if overrun.any() else set()
         inside &= ~overrun
-        paths |= {"in place"} if inside.any() else set()
+        if copied:  # every row inside too
+            inside &= (top >= 0) & (top + (kh - 1) * case["dilation"][0] < h)
+        paths |= {"rows copied" if copied else "in place"} if inside.any() else set()
         paths |= {"gathered"} if (~inside).any() else set()
         # A whole tile in one output row with every window inside, its rows read in place: the
         # rows of each pixel are stepped from the previous pixel's, with no test per pixel.
@@ -228,10 +238,11 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         ox, oy = first % ow, first // ow % oh
         x0, y0 = ox * sw - left, oy * sh - case["padding"][0]
         y_last = y0 + (kh - 1) * case["dilation"][0]
-        tile_read_end = ((first // (ow * oh) * h + y_last) * w + x0 + (tile_pixels - 1) * sw) * cin + row
-        row_tile = (in_place & (ox + tile_pixels <= ow) & (x0 >= 0) & (x0 + (tile_pixels - 1) * sw + kw <= w)
-                    & (y0 >= 0) & (y_last < h) & (tile_read_end <= n * h * w * cin))
-        paths |= {"row of windows"} if row_tile.any() else set()
+        tile_read_end = ((first // (ow * oh) * h + y_last) * w + x0 + (tile_pixels - 1) * sw) * cin + read
+        row_tile = ((in_place or copied) & (ox + tile_pixels <= ow) & (x0 >= 0)
+                    & (x0 + (tile_pixels - 1) * sw + kw <= w) & (y0 >= 0) & (y_last < h)
+                    & (tile_read_end <= n * h * w * cin))
+        paths |= {"rows copied, row of windows" if copied else "row of windows"} if row_tile.any() else set()
     if tiles > 1:
         paths.add("several pixel tiles")
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))

@@ -78,7 +78,8 @@ def test_draws_are_reproducible_and_independent():
 # The paths of b8_conv2d_s8 (runtime_c/src/conv2d_s8.c) that the sample must take in each build.
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "read end gathered", "whole pixel tile",
               "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
-              "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows"}
+              "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows",
+              "contiguous patch", "rows copied", "rows copied, row of windows"}
 # AVX2 only: signed inputs offset (7-bit weights) or in the corrected form, alone or two blocks at
 # a time (b8_tile_pair).
 AVX2_PATHS = {"signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}

@@ -118,7 +118,8 @@ def test_conv2d(kernels, seed, kind):
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered",
               "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk", "pointwise",
-              "row of windows"}
+              "row of windows",
+              "contiguous patch", "rows copied", "rows copied, row of windows"}
 # AVX2 only: signed inputs offset (7-bit weights) or in the corrected form, alone or two blocks at
 # a time (b8_tile_pair).
 AVX2_PATHS = {"signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
@@ -136,6 +137,8 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         reached |= kernel_calls.conv2d_paths(epilogue_case(seed), variant)
     for seed in PER_TAP_SEEDS:
         reached |= kernel_calls.conv2d_paths(per_tap_case(seed), variant)
+    for seed in STEM_SEEDS:
+        reached |= kernel_calls.conv2d_paths(stem_case(seed), variant)
     fused = {"epilogue fused x16", "epilogue fused clamped"}
     vnni = {"narrow channel tile", "epilogue fused x32"}
     expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else AVX2_PATHS)
@@ -630,6 +633,39 @@ def per_tap_case(seed):
             "out_hw": (oh, ow), "pad_value": 0 if nonnegative else random_zero_point(rng), "output_zero_point": z_out,
             "act": random_act(rng, z_out), "nonnegative": nonnegative, "pixels": [(0, split), (split, n * oh * ow)],
             "fill": 0}
+
+
+STEM_SEEDS = range(6)
+
+
+def stem_case(seed):
+    """Stems: 7x7 or 3x3 filters on 3 channels (their patches' rows back to back, gathered
+    whole) over images wide enough for whole tiles of windows inside, padded, stride 1 or 2,
+    16 to 64 output channels, split at any pixel into two shares."""
+    rng = np.random.default_rng(2000 + seed)
+    kernel, stride = (7, 2) if seed % 2 == 0 else (3, int(rng.integers(1, 3)))
+    cout = [64, 32, 24, 16, 48, 64][seed]
+    n, h, w = int(rng.integers(1, 3)), int(rng.integers(12, 30)), int(rng.integers(20, 40))
+    pad = kernel // 2
+    oh, ow = out_size(h, pad, pad, kernel, stride, 1), out_size(w, pad, pad, kernel, stride, 1)
+    nonnegative = seed % 3 == 0
+    multiplier, shift = random_requant(rng, cout, kernel * kernel * 3)
+    z_out = random_zero_point(rng, output=True)
+    split = int(rng.integers(0, n * oh * ow + 1))
+    weight = rng.integers(-127, 128, (cout, kernel, kernel, 3), dtype=np.int8)
+    return {"x": rng.integers(0 if nonnegative else -128, 128, (n, h, w, 3), dtype=np.int8),
+            "weight": np.clip(weight, -64, 64) if seed % 4 == 1 else weight,
+            "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32), "multiplier": multiplier,
+            "shift": np.minimum(shift, 0) if seed < 4 else shift, "groups": 1, "strides": (stride, stride),
+            "padding": (pad, pad), "dilation": (1, 1), "out_hw": (oh, ow), "pad_value": 0 if nonnegative else -128,
+            "output_zero_point": z_out, "act": random_act(rng, z_out), "nonnegative": nonnegative,
+            "pixels": [(0, split), (split, n * oh * ow)], "fill": 0}
+
+
+@pytest.mark.parametrize("seed", STEM_SEEDS)
+def test_conv2d_stem(kernels, seed):
+    expected = assert_matches(kernels, "conv2d", stem_case(seed))
+    assert len(np.unique(expected)) > 3
 
 
 @pytest.mark.parametrize("seed", PER_TAP_SEEDS)

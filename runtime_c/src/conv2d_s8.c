@@ -134,10 +134,46 @@ static int32_t b8_round_up(int32_t value, int32_t multiple) {
 
 /* The SIMD layout of a patch: each kernel row's k_w x c bytes padded to whole 4-byte steps (the
  * packed filter is zero there), so that the tiles can read a kernel row in place in the input
- * for any channel count, the few bytes past its end included (a 7x7 stem on 3 channels: rows of
- * 21 bytes read as 24). */
+ * for any channel count, the few bytes past its end included; or, where that padding would be
+ * a tenth of the patch or more (3-channel stems: 3x3 rows of 9 bytes read as 12 make 36 bytes
+ * for 27), the patch's rows back to back, gathered (b8_copy_rows), padded once at its end: 28.
+ * A 7x7 stem on 3 channels: 148 bytes rather than 168. */
+static int b8_patch_contiguous(const b8_dims* filter_dims) {
+  const int32_t run = filter_dims->w * filter_dims->c, rows = filter_dims->h * b8_round_up(run, 4);
+  return (rows - b8_round_up(filter_dims->h * run, 4)) * 10 >= rows;
+}
+
+/* A kernel row's place in the patch: `row` bytes from the previous one. */
 static int32_t b8_patch_row(const b8_dims* filter_dims) {
-  return b8_round_up(filter_dims->w * filter_dims->c, 4);
+  const int32_t run = filter_dims->w * filter_dims->c;
+  return b8_patch_contiguous(filter_dims) ? run : b8_round_up(run, 4);
+}
+
+/* A patch's bytes: whole 4-byte steps. */
+static int32_t b8_patch_depth(const b8_dims* filter_dims) {
+  return b8_round_up(filter_dims->h * b8_patch_row(filter_dims), 4);
+}
+
+/* Gathered patches lie this far apart in the scratch: contiguous ones are copied 32 bytes at a
+ * time (b8_copy_rows), writing up to 31 bytes past their last row. */
+static int32_t b8_patch_stride(const b8_dims* filter_dims) {
+  return b8_patch_depth(filter_dims) + (b8_patch_contiguous(filter_dims) ? 32 : 0);
+}
+
+/* The tiles whose patches the scratch holds: a chunk's for contiguous patches, which are all
+ * gathered before the first is read (read right after its copy, a step straddling two rows'
+ * stores waits for them to reach the cache), else one. */
+static int32_t b8_gathered_tiles(const b8_dims* filter_dims) {
+  return b8_patch_contiguous(filter_dims) ? B8_CHUNK_TILES : 1;
+}
+
+/* Copies `rows` kernel rows of `run` bytes, `row_stride` bytes apart in the input, back to back
+ * into patch, 32 bytes at a time: up to 31 bytes past each row are read, and written where the
+ * next row then goes (or past the patch's last row). */
+static void b8_copy_rows(const int8_t* first_row, int64_t row_stride, int32_t rows, int32_t run, int8_t* patch) {
+  for (int32_t ky = 0; ky < rows; ++ky, first_row += row_stride, patch += run)
+    for (int32_t i = 0; i < run; i += 32)
+      _mm256_storeu_si256((__m256i*)(patch + i), _mm256_loadu_si256((const __m256i*)(first_row + i)));
 }
 
 /* The tiles: acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] over a tile of pixels and
@@ -640,16 +676,19 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                                    const b8_dims* output_dims, int8_t* output,
                                    const b8_pixels* pixels, int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
-  const int32_t row_len = b8_patch_row(filter_dims), depth = filter_dims->h * row_len;
+  const int32_t row_len = b8_patch_row(filter_dims), depth = b8_patch_depth(filter_dims);
+  const int32_t patch_stride = b8_patch_stride(filter_dims);
+  const int contiguous = b8_patch_contiguous(filter_dims);
   const int64_t image_size = (int64_t)input_dims->h * input_dims->w * input_dims->c;
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
   /* Scratch: a tile of gathered patches (zero past each kernel row, where packed weights are zero
    * too), then `depth` bytes of the pad value, read in place of padding rows. */
-  memset(scratch, 0, (size_t)B8_TILE_PIXELS * depth);
-  memset(scratch + B8_TILE_PIXELS * depth, conv->pad_value, (size_t)depth);
-  const int8_t* padding = scratch + B8_TILE_PIXELS * depth;
+  const int32_t gathered = b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS; /* patches in the scratch */
+  memset(scratch, 0, (size_t)gathered * patch_stride);
+  memset(scratch + (int64_t)gathered * patch_stride, conv->pad_value, (size_t)depth);
+  const int8_t* padding = scratch + (int64_t)gathered * patch_stride;
   /* Where a tile reads its pixels' patches: `segments` runs of `seg_len` bytes per pixel, in place
    * in the input where possible:
    *  - per tap (channels a multiple of 4, few taps, weights of more than B8_CHUNK_WEIGHT_BYTES):
@@ -666,10 +705,11 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int8_t* input_end = input + (int64_t)input_dims->n * image_size;
   const int per_tap = in_c % 4 == 0 && k_h * k_w <= B8_MAX_SEGMENTS &&
                       (int64_t)b8_round_up(out_c, B8_TILE_CHANNELS) * depth > B8_CHUNK_WEIGHT_BYTES;
-  const int per_row = !per_tap && conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
+  const int per_row = !per_tap && !contiguous && conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
+  const int copy_rows = contiguous && conv->dilation_w == 1; /* b8_copy_rows where windows are inside */
   const int32_t segments = per_tap ? k_h * k_w : per_row ? k_h : 1;
   const int32_t seg_len = per_tap ? in_c : per_row ? row_len : depth;
-  const int32_t chunk_tiles = per_tap ? B8_CHUNK_TILES : 1;
+  const int32_t chunk_tiles = per_tap ? B8_CHUNK_TILES : b8_gathered_tiles(filter_dims);
   /* 1x1, stride 1, no padding (most of MobileNet's convolutions): pixel p's patch is the input's
    * pixel p, whatever its coordinates (in_c a multiple of 4: no read past the input). */
   const int pointwise = k_h == 1 && k_w == 1 && conv->stride_h == 1 && conv->stride_w == 1 && conv->pad_top == 0 &&
@@ -693,7 +733,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #endif
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (the offset forms: less 128 x the weight sum). */
-  int32_t* start = (int32_t*)(scratch + (B8_TILE_PIXELS + 1) * depth);
+  int32_t* start = (int32_t*)(padding + depth);
   for (int32_t oc = 0; oc < padded_c; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
   if (offset)
     for (int32_t oc = 0; oc < out_c; ++oc) start[oc] -= 128 * weight_sums[oc];
@@ -723,19 +763,27 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           tile_segment[0][p] = first + p < chunk_end ? input + (first + p) * in_c : padding;
         continue;
       }
-      if (per_row && ox + B8_TILE_PIXELS <= out_w && chunk + (t + 1) * B8_TILE_PIXELS <= chunk_end) {
+      if ((per_row || copy_rows) && ox + B8_TILE_PIXELS <= out_w && chunk + (t + 1) * B8_TILE_PIXELS <= chunk_end) {
         /* A whole tile in one output row, every window inside the input (most tiles of a layer
-         * with wide rows): each pixel's rows are the previous pixel's, stride_w x c bytes on. Its
-         * pixels then cost no tests (per pixel they took 16% of a 7x7 stem's time). */
+         * with wide rows): each pixel's rows are the previous pixel's, stride_w x c bytes on (read
+         * there, or copied for contiguous patches). Its pixels then cost no tests (per pixel they
+         * took 16% of a 7x7 stem's time). */
         const int32_t ix0 = ox * conv->stride_w - conv->pad_left, iy0 = oy * conv->stride_h - conv->pad_top;
         const int64_t step = (int64_t)conv->stride_w * in_c;
         if (ix0 >= 0 && ix0 + (B8_TILE_PIXELS - 1) * conv->stride_w + k_w <= in_w && iy0 >= 0 &&
             iy0 + last_row_offset < input_dims->h) {
           const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
           const int8_t* last_row = first_row + (B8_TILE_PIXELS - 1) * step + (int64_t)last_row_offset * in_w * in_c;
-          if (row_len <= input_end - last_row) {
-            for (int32_t ky = 0; ky < k_h; ++ky)
-              for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) tile_segment[ky][p] = first_row + ky * row_stride + p * step;
+          if ((copy_rows ? b8_round_up(row_len, 32) : row_len) <= input_end - last_row) {
+            if (copy_rows)
+              for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
+                int8_t* patch = scratch + (int64_t)(t * B8_TILE_PIXELS + p) * patch_stride;
+                b8_copy_rows(first_row + p * step, row_stride, k_h, row_len, patch);
+                tile_segment[0][p] = patch;
+              }
+            else
+              for (int32_t ky = 0; ky < k_h; ++ky)
+                for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) tile_segment[ky][p] = first_row + ky * row_stride + p * step;
             if ((ox += B8_TILE_PIXELS) == out_w) {
               ox = 0;
               if (++oy == out_h) {
@@ -779,8 +827,13 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             }
           }
           if (!inside) { /* chunks of one tile: the scratch holds one tile's patches */
-            int8_t* patch = scratch + p * depth;
-            b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
+            int8_t* patch = scratch + (int64_t)(t * B8_TILE_PIXELS + p) * patch_stride;
+            if (copy_rows && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 &&
+                iy0 + last_row_offset < input_dims->h &&
+                b8_round_up(row_len, 32) <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c))
+              b8_copy_rows(first_row, row_stride, k_h, row_len, patch); /* the window inside the input */
+            else
+              b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
             for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = patch + s * seg_len;
           }
         }
@@ -886,7 +939,7 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 #if B8_USE_AVX2
   /* A tile of patches, a patch of the pad value, and per channel the tiles' starting bias and the
    * output stage's three float constants. */
-  return (B8_TILE_PIXELS + 1) * filter_dims->h * b8_patch_row(filter_dims) +
+  return b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS * b8_patch_stride(filter_dims) + b8_patch_depth(filter_dims) +
          16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 #else
   return filter_dims->h * filter_dims->w * filter_dims->c;
@@ -899,7 +952,7 @@ B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t grou
   /* The blocked filter, one int32 weight sum per (padded) output channel, then the filter's
    * weight range (B8_WEIGHTS_7BIT or 0). */
   const int32_t channels = b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
-  if (groups == 1) return channels * filter_dims->h * b8_patch_row(filter_dims) + channels * 4 + 4;
+  if (groups == 1) return channels * b8_patch_depth(filter_dims) + channels * 4 + 4;
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -913,7 +966,7 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
     /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS and depth = k_h x row (each kernel
      * row's bytes padded to `row`), zero-filled past the real channels and row bytes. */
     const int32_t t = B8_TILE_CHANNELS, run = filter_dims->w * filter_dims->c, row = b8_patch_row(filter_dims);
-    const int32_t depth = filter_dims->h * row, blocks = b8_round_up(filter_dims->n, t) / t;
+    const int32_t depth = b8_patch_depth(filter_dims), blocks = b8_round_up(filter_dims->n, t) / t;
     memset(packed, 0, (size_t)blocks * t * depth);
     for (int32_t oc = 0; oc < filter_dims->n; ++oc)
       for (int32_t k = 0; k < patch; ++k) {
