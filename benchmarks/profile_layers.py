@@ -1,7 +1,7 @@
 """Per-kernel-call profile of a compiled model: where the milliseconds of one image go.
 
     PYTHONPATH=. python benchmarks/profile_layers.py [--models mobilenet_v2,squeezenet1_1]
-        [--threads 1,2] [--simd avx512vnni] [--blocks 5] [--runs 20] [--top 25] [--all]
+        [--threads 1,2] [--simd avx512vnni] [--weight-bits 7] [--blocks 5] [--runs 20] [--top 25] [--all]
 
 Each model (as benchmarks/bench_models.py builds it: torchvision, random weights, randomized
 batch-norm statistics, 16 standard-normal calibration inputs) is compiled with the kernels of
@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=25, help="calls listed per thread count (default 25)")
     parser.add_argument("--all", action="store_true", help="list every call, in order")
+    parser.add_argument("--weight-bits", type=int, choices=(8, 7), default=8,
+                        help="the number format's weight width (7: the AVX2 kernels' offset form)")
     parser.add_argument("--batch", type=int, default=1,
                         help="images per run (default 1); every figure is per image (a run's time / batch)")
     args = parser.parse_args()
@@ -117,6 +119,7 @@ def main() -> None:
     from byoc_int8 import reference
     from byoc_int8.codegen import emit_c
     from byoc_int8.pipeline import compile_model
+    from byoc_int8.qarith import NumberFormat
 
     # Profiling is compiled in only here (B8_PROFILE=1 in both units, the calls timed).
     emit_c.PROFILE_CALLS = True
@@ -128,7 +131,8 @@ def main() -> None:
         shape = (args.batch, *shape[1:])
         x = np.random.default_rng(4321).standard_normal(shape, dtype=np.float32)
         calib = np.random.default_rng(1234).standard_normal((16, *shape[1:]), dtype=np.float32)
-        compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd)
+        compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=simd,
+                                 number_format=NumberFormat(weight_bits=args.weight_bits))
         qgraphs = reference.quantized_regions(compiled.module)
         lib = ctypes.CDLL(compiled.library_path)
         lib.b8_profile_read.restype = ctypes.c_int32
