@@ -8,6 +8,8 @@ part, and ``export_library`` links everything into one ``.so``.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import tvm
 from tvm import relax
@@ -42,7 +44,24 @@ def export(executable, path: str | os.PathLike, link_options: list[str] | tuple[
     return path
 
 
+# The file each path had when this process loaded a library from it: the dynamic loader keeps
+# a loaded library by its path, and would hand that one back for a new file written there.
+_LOADED: dict[str, tuple[int, int, int, int]] = {}
+
+
 def load(path: str | os.PathLike, device=None) -> relax.VirtualMachine:
-    """Load an exported library; needs nothing of byoc_int8."""
-    lib = tvm.runtime.load_module(os.fspath(path))
+    """Load an exported library; needs nothing of byoc_int8. A library written at a path that
+    this process has already loaded a different file from (a model compiled twice to one path)
+    is loaded from a copy, removed once loaded: the loader would otherwise return the old
+    library for the path (or for the file, if rewritten in place), and the new model would
+    silently run the old one."""
+    real = os.path.realpath(os.fspath(path))
+    info = os.stat(real)
+    identity = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+    if _LOADED.setdefault(real, identity) == identity:
+        lib = tvm.runtime.load_module(real)
+    else:
+        with tempfile.TemporaryDirectory(prefix="byoc_int8_load_") as fresh:
+            copy = shutil.copyfile(real, os.path.join(fresh, os.path.basename(real)))
+            lib = tvm.runtime.load_module(copy)
     return relax.VirtualMachine(lib, device or tvm.cpu())

@@ -289,3 +289,21 @@ def test_run_leaves_no_library_behind_unless_kept(tmp_path, monkeypatch):
     assert cli.main(["run", "--model", "resnet18_stem", "--num-calib", "2", "--num-eval", "1", "--quiet",
                      "--keep", str(kept)]) == 0
     assert kept.stat().st_size > 0
+
+
+def test_models_compiled_to_one_path_each_run_their_own(tmp_path):
+    """The dynamic loader keeps a loaded library by its path: a second model compiled to the same
+    path in the same process must not run the first one's library."""
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    path = tmp_path / "model.so"
+    outputs = []
+    for seed in (1, 2, 1):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+        compiled = compile_model(model, x, output_path=path)
+        out = compiled.run(x[:1])
+        np.testing.assert_array_equal(out, compiled.run_reference(x[:1])[0])
+        outputs.append(out)
+    assert not np.array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(outputs[0], outputs[2])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.so"]
