@@ -1,6 +1,6 @@
 """Accuracy of every number format x calibrator: the digits ResNet (real data) and ResNet-18.
 
-    TVM_NUM_THREADS=2 python benchmarks/accuracy.py [--formats asymmetric/tflite,symmetric/single]
+    TVM_NUM_THREADS=2 python benchmarks/accuracy.py [--formats asymmetric/tflite,asymmetric/tflite/w7]
         [--methods max,mse] [--resnet-calib 32] [--resnet-eval 8]
 
 One row per (number format, calibrator); defaults: all six formats (``qarith.ACTIVATIONS`` x
@@ -176,7 +176,9 @@ HEADER = (f"{'activations':<11} {'rounding':<11} {'calibrator':<10} {'float acc'
 
 def format_row(row: Row) -> str:
     d, r = row.digits, row.resnet
-    line = (f"{row.number_format.activations:<11} {row.number_format.rounding:<11} {row.method:<10} "
+    fmt = row.number_format
+    rounding = fmt.rounding + ("" if fmt.weight_bits == 8 else f"/w{fmt.weight_bits}")
+    line = (f"{fmt.activations:<11} {rounding:<11} {row.method:<10} "
             f"{100 * row.float_acc:>8.2f}% {100 * row.int8_acc:>8.2f}% {row.drop_pp:>7.2f} "
             f"{d.cosine:>9.6f} {d.logits_sqnr_db:>7.2f} {d.layer_sqnr_db:>8.2f} {r.cosine:>10.6f} "
             f"{r.layer_sqnr_db:>12.2f} {'yes' if row.bit_exact else 'NO':>9}")
@@ -194,14 +196,16 @@ def best_format(rows: list[Row]) -> str:
 
 
 def parse_formats(text: str) -> list[NumberFormat]:
-    """"asymmetric/tflite,symmetric/single" -> NumberFormats."""
+    """"asymmetric/tflite,symmetric/single,asymmetric/tflite/w7" -> NumberFormats (w7: 7-bit
+    weights)."""
     formats = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        activations, sep, rounding = item.partition("/")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"{item!r}: expected ACTIVATIONS/ROUNDING")
+        activations, sep, rest = item.partition("/")
+        rounding, _, weights = rest.partition("/")
+        if not sep or weights not in ("", "w7", "w8"):
+            raise argparse.ArgumentTypeError(f"{item!r}: expected ACTIVATIONS/ROUNDING[/w7]")
         try:
-            formats.append(NumberFormat(activations, rounding))
+            formats.append(NumberFormat(activations, rounding, weight_bits=int(weights[1:] or 8)))
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
     return formats
@@ -272,7 +276,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="byoc_int8_accuracy_") as tmp:
         for number_format in args.formats:
             for method in args.methods:
-                stem = Path(tmp) / f"{number_format.activations}_{number_format.rounding}_{method}"
+                stem = Path(tmp) / f"{number_format.activations}_{number_format.rounding}_w{number_format.weight_bits}_{method}"
                 d = measure(digits_wl, number_format, method, stem.with_name(stem.name + "_digits.so"))
                 r = measure(resnet_wl, number_format, method, stem.with_name(stem.name + "_resnet18.so"))
                 row = Row(number_format, method, float_acc, accuracy(d.logits, labels), d, r)
