@@ -587,20 +587,20 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
   _mm256_storeu_si256((__m256i*)(acc[3] + 8), a31);
 }
 
-/* The tile in code for each form: unsigned inputs, the sign trick, corrected. Inlined: called,
- * it cost 16-channel layers about 10% (a call per tile and block). */
+/* The tile in code for each form: unsigned inputs, offset, the sign trick, corrected. Inlined:
+ * called, it cost 16-channel layers about 10% (a call per tile and block). */
 B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t* w,
                        b8_sign_form form, const int32_t* negative_sums, const int32_t* bias,
                        int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
                        int32_t stride, int32_t count) {
+#define B8_TILE_FORM(f, sums) b8_tile_body(segment, segments, run, w, f, sums, bias, acc, e, out, stride, count)
   switch (form) {
-    case B8_FORM_UNSIGNED: b8_tile_body(segment, segments, run, w, B8_FORM_UNSIGNED, NULL, bias, acc, e, out, stride, count); break;
-    case B8_FORM_OFFSET: b8_tile_body(segment, segments, run, w, B8_FORM_OFFSET, NULL, bias, acc, e, out, stride, count); break;
-    case B8_FORM_SIGN: b8_tile_body(segment, segments, run, w, B8_FORM_SIGN, NULL, bias, acc, e, out, stride, count); break;
-    case B8_FORM_CORRECTED:
-      b8_tile_body(segment, segments, run, w, B8_FORM_CORRECTED, negative_sums, bias, acc, e, out, stride, count);
-      break;
+    case B8_FORM_UNSIGNED: B8_TILE_FORM(B8_FORM_UNSIGNED, NULL); break;
+    case B8_FORM_OFFSET: B8_TILE_FORM(B8_FORM_OFFSET, NULL); break;
+    case B8_FORM_SIGN: B8_TILE_FORM(B8_FORM_SIGN, NULL); break;
+    case B8_FORM_CORRECTED: B8_TILE_FORM(B8_FORM_CORRECTED, negative_sums); break;
   }
+#undef B8_TILE_FORM
 }
 
 /* The corrected form (b8_tile_body) on two whole blocks at once, w's and the next one
@@ -683,8 +683,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS];
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
-  /* Scratch: a tile of gathered patches (zero past each kernel row, where packed weights are zero
-   * too), then `depth` bytes of the pad value, read in place of padding rows. */
+  /* Scratch: gathered patches, `patch_stride` bytes apart, a tile's (a chunk's for contiguous
+   * patches; zero past each kernel row, where packed weights are zero too), then `depth` bytes of
+   * the pad value, read in place of padding rows. */
   const int32_t gathered = b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS; /* patches in the scratch */
   memset(scratch, 0, (size_t)gathered * patch_stride);
   memset(scratch + (int64_t)gathered * patch_stride, conv->pad_value, (size_t)depth);
@@ -783,7 +784,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
               }
             else
               for (int32_t ky = 0; ky < k_h; ++ky)
-                for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) tile_segment[ky][p] = first_row + ky * row_stride + p * step;
+                for (int32_t p = 0; p < B8_TILE_PIXELS; ++p)
+                  tile_segment[ky][p] = first_row + ky * row_stride + p * step;
             if ((ox += B8_TILE_PIXELS) == out_w) {
               ox = 0;
               if (++oy == out_h) {
@@ -826,7 +828,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
               if (tile_segment[ky][p] == at && row_len > input_end - at) inside = 0; /* the last pixels */
             }
           }
-          if (!inside) { /* chunks of one tile: the scratch holds one tile's patches */
+          if (!inside) { /* the scratch holds the chunk's patches (chunks of one tile unless contiguous) */
             int8_t* patch = scratch + (int64_t)(t * B8_TILE_PIXELS + p) * patch_stride;
             if (copy_rows && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 &&
                 iy0 + last_row_offset < input_dims->h &&
@@ -937,8 +939,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 #if B8_USE_AVX2
-  /* A tile of patches, a patch of the pad value, and per channel the tiles' starting bias and the
-   * output stage's three float constants. */
+  /* The gathered patches (b8_conv2d_s8_avx2), a patch of the pad value, and per channel the
+   * tiles' starting bias and the output stage's three float constants. */
   return b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS * b8_patch_stride(filter_dims) + b8_patch_depth(filter_dims) +
          16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 #else
@@ -963,8 +965,8 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AVX2
   if (groups == 1) {
-    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS and depth = k_h x row (each kernel
-     * row's bytes padded to `row`), zero-filled past the real channels and row bytes. */
+    /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS and depth = b8_patch_depth (kernel
+     * row ky at ky x row), zero-filled past the real channels and row bytes. */
     const int32_t t = B8_TILE_CHANNELS, run = filter_dims->w * filter_dims->c, row = b8_patch_row(filter_dims);
     const int32_t depth = b8_patch_depth(filter_dims), blocks = b8_round_up(filter_dims->n, t) / t;
     memset(packed, 0, (size_t)blocks * t * depth);
