@@ -8,8 +8,9 @@ Models: torchvision networks with random weights and randomized batch-norm stati
 ``benchmarks/coverage.py`` builds them), standard-normal inputs. Systems: byoc-int8 with each
 kernel build this CPU runs (``--simd`` picks some; the portable build only with ``--portable`` or
 ``--simd portable``: it is slow; ``--weight-bits 8,7`` also with 7-bit weights, rows "w7"), ONNX
-Runtime static QDQ int8 (per-channel int8 weights; uint8 and int8 activations) and fp32, PyTorch FX int8 (x86 backend; "n/a" and the reason where it
-does not quantize the model) and PyTorch eager fp32.
+Runtime static QDQ int8 (per-channel int8 weights; uint8 and int8 activations) and fp32, PyTorch
+FX int8 (x86 backend; "n/a" and the reason where it does not quantize the model) and PyTorch
+eager fp32.
 All of them calibrate on the same ``--calib`` inputs.
 
 Measurement: every (system, thread count) runs once per block, the blocks round-robin over them
