@@ -274,12 +274,12 @@ def main() -> None:
         return
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="byoc_int8_accuracy_") as tmp:
-        for number_format in args.formats:
+        for fmt in args.formats:
             for method in args.methods:
-                stem = Path(tmp) / f"{number_format.activations}_{number_format.rounding}_w{number_format.weight_bits}_{method}"
-                d = measure(digits_wl, number_format, method, stem.with_name(stem.name + "_digits.so"))
-                r = measure(resnet_wl, number_format, method, stem.with_name(stem.name + "_resnet18.so"))
-                row = Row(number_format, method, float_acc, accuracy(d.logits, labels), d, r)
+                stem = Path(tmp) / f"{fmt.activations}_{fmt.rounding}_w{fmt.weight_bits}_{method}"
+                d = measure(digits_wl, fmt, method, stem.with_name(stem.name + "_digits.so"))
+                r = measure(resnet_wl, fmt, method, stem.with_name(stem.name + "_resnet18.so"))
+                row = Row(fmt, method, float_acc, accuracy(d.logits, labels), d, r)
                 rows.append(row)
                 print(format_row(row), flush=True)
     print(best_format(rows), flush=True)

@@ -166,10 +166,11 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     build, as that file chooses them: portable, or the SIMD tiles with their pixel and channel
     tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), as the
     input's pixels (pointwise), or their rows read in place (a tile's row of windows stepped) or
-    gathered (patches whose row padding would be a tenth of them or more: their rows gathered back
-    to back, copied where the window is inside), signed or unsigned inputs (AVX2: signed ones offset by 128 where every weight lies in
-    [-64, 64], else by the sign trick, or in the corrected form from 4 channel blocks) and the epilogue of each channel tile (fused into the tile for whole blocks: 16
-    channels, and for VNNI also 32; else 8 lanes, or scalar)."""
+    gathered (patches whose row padding would be a tenth of them or more: their rows gathered
+    back to back, copied where the window is inside), signed or unsigned inputs (AVX2: signed
+    ones offset by 128 where every weight lies in [-64, 64], else by the sign trick, or in the
+    corrected form from 4 channel blocks) and the epilogue of each channel tile (fused into the
+    tile for whole blocks: 16 channels, and for VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
