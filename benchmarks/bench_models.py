@@ -3,6 +3,7 @@
     pip install -e '.[bench]'      # onnxruntime, onnx (without them their rows are left out)
     python benchmarks/bench_models.py [--models resnet18,mobilenet_v2] [--threads 1,2]
         [--blocks 5] [--runs 10] [--simd avx2] [--portable] [--batch 1] [--calib 16] [--weight-bits 8,7]
+        [--ort-isa avx2]
 
 Models: torchvision networks with random weights and randomized batch-norm statistics (as
 ``benchmarks/coverage.py`` builds them), standard-normal inputs. Systems: byoc-int8 with each
@@ -11,7 +12,9 @@ kernel build this CPU runs (``--simd`` picks some; the portable build only with 
 Runtime static QDQ int8 (per-channel int8 weights; uint8 and int8 activations) and fp32, PyTorch
 FX int8 (x86 backend; "n/a" and the reason where it does not quantize the model) and PyTorch
 eager fp32.
-All of them calibrate on the same ``--calib`` inputs.
+All of them calibrate on the same ``--calib`` inputs. ``--ort-isa avx2`` runs ONNX Runtime on its
+AVX2 int8 kernels on a CPU with AVX-512 VNNI (``benchmarks/ort_isa.py`` hides AVX-512 and VNNI
+from its CPUID), against byoc-int8's builds but the AVX-512 one: the AVX2 comparison on one CPU.
 
 Measurement: every (system, thread count) runs once per block, the blocks round-robin over them
 (the order rotated each block) so that a slow phase of the machine hits every system alike; per
@@ -390,6 +393,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="images per run (default 1)")
     parser.add_argument("--calib", type=int, default=16, help="calibration inputs (default 16)")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    parser.add_argument("--ort-isa", choices=("native", "avx2"), default="native",
+                        help="avx2: ONNX Runtime sees a CPU without AVX-512 and VNNI and runs its AVX2 int8 "
+                             "kernels (benchmarks/ort_isa.py); byoc-int8 runs its builds but avx512vnni")
     parser.add_argument("--weight-bits", default="8",
                         help="byoc-int8 weight widths to run each build with, comma-separated: 8 (the default), "
                              "7 (rows 'w7': the AVX2 kernels' fast path, one bit of weight precision less)")
@@ -407,6 +413,11 @@ def main() -> None:
     # measures every thread count. Set before byoc_int8 (whose default is every core) and tvm.
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
     ALL_CPUS.update(allowed_cpus())
+    hidden_isa = None
+    if args.ort_isa == "avx2":
+        import ort_isa
+
+        hidden_isa = ort_isa.import_onnxruntime_avx2()
 
     import torch
 
@@ -426,8 +437,9 @@ def main() -> None:
             print(f"byoc-int8 {b}: this CPU lacks {', '.join(sorted(SIMD_FLAGS[b] - flags))}; not run")
         builds = [b for b in builds if b in runnable]
     else:
-        builds = [b for b in runnable if b != "portable" or args.portable]
+        builds = [b for b in runnable if (b != "portable" or args.portable) and not (hidden_isa and b == "avx512vnni")]
     best_isa = next((isa for isa in ("avx512vnni", "avx2") if SIMD_FLAGS[isa] <= flags), None)
+    ort_isa_name = "avx2" if hidden_isa and "avx2" in flags else best_isa  # the ISA of ONNX Runtime's kernels
 
     print("# byoc-int8 vs ONNX Runtime vs PyTorch\n")
     print(f"CPU: {model_name}; {len(ALL_CPUS)} CPUs allowed of {os.cpu_count()}; int8 ISA flags: "
@@ -439,6 +451,9 @@ def main() -> None:
         ort_version = onnxruntime.__version__
     except ImportError:
         ort_version = "not installed (pip install -e '.[bench]'): its rows are left out"
+    if hidden_isa:
+        print(f"ONNX Runtime sees no AVX-512 / VNNI: {hidden_isa.patched} cpuid instructions of its library "
+              "patched, answered by benchmarks/cpuid_avx2.c (benchmarks/ort_isa.py); it runs its AVX2 int8 kernels")
     print(f"versions: onnxruntime {ort_version}, torch {torch.__version__}, batch {args.batch}, "
           f"threads {','.join(map(str, threads))}, {args.blocks} blocks x {args.runs} runs\n")
 
@@ -472,7 +487,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench_models") as workdir:
             # ONNX Runtime's sessions first, before this model's TVM calls (their masks are reset
             # anyway, before every session is created).
-            systems = ort_systems(model, calib, x, workdir, threads, best_isa)
+            systems = ort_systems(model, calib, x, workdir, threads, ort_isa_name)
             if not args.no_torch:
                 systems += [torch_system(model, calib, x, threads, best_isa), torch_fp32_system(model, x, threads)]
             compile_seconds: dict[str, float] = {}
@@ -526,8 +541,13 @@ def main() -> None:
     print("- x ORT int8: ms/image over the faster of ONNX Runtime's u8- and s8-activation int8 models at the "
           "same thread count (marked ref); below 1 is faster than ONNX Runtime.")
     print(f"- % int8 peak: GMAC/s over int8_peak.c's GMAC/s at the same thread count, for the ISA of the "
-          f"byoc-int8 kernel build; ONNX Runtime / PyTorch int8 rows against the best int8 ISA here "
-          f"({best_isa}), which their kernels dispatch to; '-' for float and the portable build.")
+          f"byoc-int8 kernel build; ONNX Runtime int8 rows against {ort_isa_name}, PyTorch int8 rows against "
+          f"the best int8 ISA here ({best_isa}), which their kernels dispatch to; '-' for float and the portable build.")
+    if hidden_isa:
+        print(f"- ONNX Runtime ran with AVX-512 and VNNI hidden from its CPUID ({hidden_isa.answered()} CPUID "
+              "queries answered): its AVX2 int8 kernels, whose u8 x s8 pairs saturate at int16 (byoc-int8's "
+              "AVX2 build is exact). PyTorch saw the whole CPU. The same instructions run on this CPU's cores, "
+              "not on an AVX2-only CPU's.")
     print(f"- Threads: byoc-int8 through TVM's pool (TVM_NUM_THREADS={max(threads)} sizes it; "
           "runtime.config_threadpool(1, n) before each block; TVM_BIND_THREADS="
           f"{os.environ.get('TVM_BIND_THREADS', '1')}: 0, byoc_int8's default, leaves its workers unpinned); "

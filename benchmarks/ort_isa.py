@@ -1,0 +1,110 @@
+"""ONNX Runtime on its AVX2 int8 kernels, on a CPU that also has AVX-512 VNNI.
+
+ONNX Runtime picks its int8 kernels from CPUID and has no option to pick others. To compare
+byoc-int8's AVX2 build with ONNX Runtime's AVX2 kernels on one CPU, `import_onnxruntime_avx2`
+imports a copy of the installed `onnxruntime` package in which every `cpuid` instruction of its
+native library is replaced by `int3; nop` (same length). The SIGTRAP handler of
+`benchmarks/cpuid_avx2.c` answers those with the real CPUID less the AVX-512, AVX-VNNI and AMX
+feature bits, so the copy sees an AVX2-only CPU of the same model. Nothing else in the process
+is affected. This stands in for an AVX2-only machine: the same instructions run on another
+core design, so it is not a measurement of such a machine.
+
+Needs the system cc and binutils' objdump; Linux x86-64 only. Must run before anything imports
+onnxruntime.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+CPUID = b"\x0f\xa2"
+TRAP_CPUID = b"\xcc\x90"  # int3; nop: the handler resumes after the nop
+
+
+@dataclass
+class HiddenIsa:
+    """What `import_onnxruntime_avx2` did: the module, the patched library, its CPUID count."""
+
+    module: ModuleType
+    library: Path
+    patched: int
+    handler: ctypes.CDLL
+
+    def answered(self) -> int:
+        """CPUID instructions of the copy answered so far (ONNX Runtime asks when it starts)."""
+        return int(self.handler.cpuid_avx2_answered())
+
+
+def _file_offsets(library: Path) -> list[tuple[int, int, int]]:
+    """(start, end, file offset - address) of each section, from `objdump -h`."""
+    headers = subprocess.run(["objdump", "-h", str(library)], check=True, capture_output=True, text=True).stdout
+    sections = []
+    for match in re.finditer(r"^\s*\d+\s+\S+\s+([0-9a-f]+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", headers, re.M):
+        size, address, offset = (int(g, 16) for g in match.groups())
+        sections.append((address, address + size, offset - address))
+    return sections
+
+
+def patch_cpuid(library: Path) -> int:
+    """Replaces each `cpuid` instruction objdump finds in `library` by `int3; nop`; their number."""
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], check=True,
+                             capture_output=True, text=True).stdout
+    addresses = [int(m.group(1), 16) for m in re.finditer(r"^\s*([0-9a-f]+):\s+cpuid\b", listing, re.M)]
+    sections = _file_offsets(library)
+    data = bytearray(library.read_bytes())
+    for address in addresses:
+        offset = address + next(delta for start, end, delta in sections if start <= address < end)
+        if data[offset:offset + 2] != CPUID:
+            raise RuntimeError(f"{library.name}: no cpuid at {address:#x} (file offset {offset:#x})")
+        data[offset:offset + 2] = TRAP_CPUID
+    library.write_bytes(bytes(data))
+    return len(addresses)
+
+
+def _build_handler(workdir: Path) -> ctypes.CDLL:
+    library = workdir / "libcpuid_avx2.so"
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", str(HERE / "cpuid_avx2.c"), "-o", str(library)],
+                   check=True, capture_output=True, text=True)
+    handler = ctypes.CDLL(str(library))
+    if handler.cpuid_avx2_install() != 0:
+        raise OSError(ctypes.get_errno(), "sigaction(SIGTRAP) failed")
+    return handler
+
+
+def import_onnxruntime_avx2() -> HiddenIsa:
+    """Imports `onnxruntime` from a patched copy (removed at exit) that sees no AVX-512 or VNNI."""
+    if "onnxruntime" in sys.modules:
+        raise RuntimeError("onnxruntime is already imported: hide AVX-512 from it before its first import")
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or spec.origin is None:
+        raise ImportError("onnxruntime is not installed (pip install -e '.[bench]')")
+    workdir = Path(tempfile.mkdtemp(prefix="ort_avx2"))
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+    handler = _build_handler(workdir)
+    package = workdir / "onnxruntime"
+    shutil.copytree(Path(spec.origin).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    libraries = sorted((package / "capi").glob("onnxruntime_pybind11_state*.so"))
+    if len(libraries) != 1:
+        raise RuntimeError(f"expected one onnxruntime_pybind11_state library in {package / 'capi'}, found {len(libraries)}")
+    patched = patch_cpuid(libraries[0])
+    if patched == 0:
+        raise RuntimeError(f"{libraries[0].name}: no cpuid instruction found; cannot hide AVX-512")
+    sys.path.insert(0, str(workdir))
+    module = importlib.import_module("onnxruntime")
+    if Path(module.__file__).parent != package:
+        raise RuntimeError(f"imported {module.__file__}, not the patched copy in {package}")
+    return HiddenIsa(module, libraries[0], patched, handler)
