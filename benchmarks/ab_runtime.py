@@ -5,7 +5,7 @@ alternating run by run at each thread count, so that the load of a shared machin
 alike.
 
     PYTHONPATH=. python benchmarks/ab_runtime.py --other DIR [--models mobilenet_v2,squeezenet1_1]
-        [--threads 1,2] [--blocks 6] [--runs 20] [--simd avx512vnni]
+        [--threads 1,2] [--blocks 6] [--runs 20] [--simd avx512vnni] [--weight-bits 7]
 
 The other tree must split the generated module as this one does (runtime_c/tvm/tvm_adapter.h):
 both its units, the model's and the kernels', compile from it. Outputs are checked equal.
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--simd", default=None)
+    parser.add_argument("--weight-bits", type=int, choices=(8, 7), default=8)
     args = parser.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",") if t})
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
@@ -42,6 +43,7 @@ def main() -> None:
     from bench_models import make_model
     from byoc_int8.codegen import emit_c
     from byoc_int8.pipeline import compile_model
+    from byoc_int8.qarith import NumberFormat
 
     configure = tvm.get_global_func("runtime.config_threadpool")
     this_root, other_root = emit_c.RUNTIME_C, Path(args.other).resolve() / "runtime_c"
@@ -58,7 +60,8 @@ def main() -> None:
         for label, root in (("A", this_root), ("B", other_root)):
             emit_c.RUNTIME_C = root
             try:
-                compiled[label] = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=args.simd)
+                compiled[label] = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), simd=args.simd,
+                                                number_format=NumberFormat(weight_bits=args.weight_bits))
             finally:
                 emit_c.RUNTIME_C = this_root
         tensor = tvm.runtime.tensor(x)

@@ -103,7 +103,7 @@ def int8_data(rng, shape, nonnegative: bool = False) -> np.ndarray:
 
 def weights(rng, shape) -> np.ndarray:
     """Symmetric int8 weights in [-127, 127]: uniform, 7-bit (within [-64, 64], many at the ends,
-    as the AVX2 tiles' offset form takes them), all +-127, sparse, or small."""
+    as the AVX2 tiles' shifted form takes them), all +-127, sparse, or small."""
     r = rng.random()
     if r < 0.4:
         w = rng.integers(-127, 128, shape)

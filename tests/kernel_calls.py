@@ -167,10 +167,11 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     tiles (whole or partial), patches read per tap (large filters, in chunks of tiles), as the
     input's pixels (pointwise), or their rows read in place (a tile's row of windows stepped) or
     gathered (patches whose row padding would be a tenth of them or more: their rows gathered
-    back to back, copied where the window is inside), signed or unsigned inputs (AVX2: signed
-    ones offset by 128 where every weight lies in [-64, 64], else by the sign trick, or in the
-    corrected form from 4 channel blocks) and the epilogue of each channel tile (fused into the
-    tile for whole blocks: 16 channels, and for VNNI also 32; else 8 lanes, or scalar)."""
+    back to back, copied where the window is inside), signed or unsigned inputs (AVX2: where every
+    weight lies in [-64, 64], weights shifted by 64 from 4 channel blocks and 64-byte patches on,
+    whatever the inputs, else signed inputs offset by 128; other signed inputs by the sign trick,
+    or in the corrected form from 4 channel blocks) and the epilogue of each channel tile (fused
+    into the tile for whole blocks: 16 channels, and for VNNI also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -180,12 +181,6 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     oh, ow = case["out_hw"]
     (sh, sw), (_, left), (_, dw) = case["strides"], case["padding"], case["dilation"]
     paths = {"tile", "unsigned" if case["nonnegative"] and case["pad_value"] >= 0 else "signed"}
-    if variant == "avx2" and "signed" in paths and np.abs(weight.astype(np.int32)).max(initial=0) <= 64:
-        # 7-bit weights: a + 128 as unsigned times w, the weight sums taken from the bias
-        paths = paths - {"signed"} | {"signed offset"}
-    elif variant == "avx2" and "signed" in paths and weight.shape[0] > 3 * tile_channels:
-        # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick
-        paths = paths - {"signed"} | {"signed corrected"}
     row = -(-kw * cin // 4) * 4  # a kernel row's bytes, padded to whole 4-byte steps
     # Rows back to back where row padding would be a tenth of the patch or more, gathered.
     contiguous = (kh * row - -(-kh * kw * cin // 4) * 4) * 10 >= kh * row
@@ -194,6 +189,17 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         row = kw * cin
     elif (kw * cin) % 4:
         paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
+    seven_bit = np.abs(weight.astype(np.int32)).max(initial=0) <= 64
+    if variant == "avx2" and seven_bit and cout > 3 * tile_channels and -(-kh * row // 4) * 4 >= 64:
+        # 7-bit weights on 4 or more channel blocks and patches of 64 bytes or more, whatever the
+        # inputs: w + 64 as unsigned times a, per pixel 64 x the patch's sum taken off
+        paths = paths - {"signed", "unsigned"} | {"shifted weights"}
+    elif variant == "avx2" and "signed" in paths and seven_bit:
+        # other 7-bit weights: a + 128 as unsigned times w, the weight sums taken from the bias
+        paths = paths - {"signed"} | {"signed offset"}
+    elif variant == "avx2" and "signed" in paths and cout > 3 * tile_channels:
+        # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick
+        paths = paths - {"signed"} | {"signed corrected"}
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
     packed = -(-cout // tile_channels) * tile_channels * -(-kh * row // 4) * 4

@@ -80,9 +80,9 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
               "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows",
               "contiguous patch", "rows copied", "rows copied, row of windows"}
-# AVX2 only: signed inputs offset (7-bit weights) or in the corrected form, alone or two blocks at
-# a time (b8_tile_pair).
-AVX2_PATHS = {"signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# AVX2 only: 7-bit weights shifted, or signed inputs offset (other 7-bit weights) or in the
+# corrected form, alone or two blocks at a time (b8_tile_pair).
+AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])

@@ -120,9 +120,9 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
               "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk", "pointwise",
               "row of windows",
               "contiguous patch", "rows copied", "rows copied, row of windows"}
-# AVX2 only: signed inputs offset (7-bit weights) or in the corrected form, alone or two blocks at
-# a time (b8_tile_pair).
-AVX2_PATHS = {"signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# AVX2 only: 7-bit weights shifted, or signed inputs offset (other 7-bit weights) or in the
+# corrected form, alone or two blocks at a time (b8_tile_pair).
+AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
@@ -676,23 +676,32 @@ def test_conv2d_per_tap(kernels, seed):
 
 @pytest.mark.parametrize("bound", [64, 65])
 @pytest.mark.parametrize("cout", [16, 64])
-def test_conv2d_weight_range_edge(kernels, bound, cout):
-    """The AVX2 tiles' offset form multiplies a + 128 (up to 255) by weights in int16 pairs, exact
-    only while every weight lies in [-64, 64]: filters at that bound (taking the form) and one
-    past it (which must not: its pairs would saturate) on inputs mostly at 127, where the pairs
-    are largest."""
-    rng = np.random.default_rng(7000 + bound + cout)
+@pytest.mark.parametrize("signed", [True, False])
+def test_conv2d_weight_range_edge(kernels, bound, cout, signed):
+    """The AVX2 tiles' 7-bit forms are exact only while every weight lies in [-64, 64]: the
+    shifted form (4 or more channel blocks, any inputs) multiplies w + 64 (up to 128) by a, the
+    offset form (fewer blocks, signed inputs) a + 128 (up to 255) by w, in int16 pairs. Filters
+    at that bound take them; one past it must not (pairs of 129 x -128 or 255 x 65 would
+    saturate). Inputs are mostly at their ends, where the pairs are largest."""
+    rng = np.random.default_rng(7000 + bound + cout + 2 * signed)
     cin, kernel, n, h, w = 32, 3, 1, 6, 7
-    x = rng.integers(-128, 128, (n, h, w, cin), dtype=np.int8)
-    x[rng.random(x.shape) < 0.6] = 127
+    low = -128 if signed else 0
+    x = rng.integers(low, 128, (n, h, w, cin), dtype=np.int8)
+    ends = rng.random(x.shape)
+    x[ends < 0.35] = low
+    x[(ends >= 0.35) & (ends < 0.7)] = 127
     weight = rng.integers(-bound, bound + 1, (cout, kernel, kernel, cin))
     ends = rng.random(weight.shape) < 0.5
     weight[ends] = np.where(rng.random(int(ends.sum())) < 0.5, -bound, bound)
     multiplier, shift = random_requant(rng, cout, kernel * kernel * cin)
     case = {"x": x, "weight": weight.astype(np.int8), "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
             "multiplier": multiplier, "shift": np.minimum(shift, 0), "groups": 1, "strides": (1, 1),
-            "padding": (1, 1), "dilation": (1, 1), "out_hw": (h, w), "pad_value": -128, "output_zero_point": 0,
-            "act": (-128, 127), "nonnegative": False, "pixels": None, "fill": 0}
-    assert ("signed offset" in kernel_calls.conv2d_paths(case, "avx2")) == (bound == 64)
+            "padding": (1, 1), "dilation": (1, 1), "out_hw": (h, w), "pad_value": low, "output_zero_point": 0,
+            "act": (-128, 127), "nonnegative": not signed, "pixels": None, "fill": 0}
+    seven_bit = {"shifted weights", "signed offset"} & kernel_calls.conv2d_paths(case, "avx2")
+    if bound == 65:
+        assert not seven_bit
+    else:
+        assert seven_bit == ({"shifted weights"} if cout > 48 else {"signed offset"} if signed else set())
     expected = assert_matches(kernels, "conv2d", case)
     assert len(np.unique(expected)) > 3

@@ -11,6 +11,9 @@
  *    b with a's sign (the sign trick) on layers of up to 48 channels, else by b ^ (a < 0) plus a
  *    per-pixel correction, which costs fewer instructions on the ports that multiply (b8_tile),
  *    two blocks of 16 channels at a time where they requantize in registers (b8_tile_pair).
+ *    Filters of 7-bit weights need neither: on 4 or more channel blocks the packed filter holds
+ *    w + 64, the unsigned operand, and the tile takes 64 x the patch's sum off per pixel; on
+ *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
  *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
  *    multiply, pairwise sums and accumulation in one exact instruction. Signed activations use
@@ -125,8 +128,10 @@ enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 /* Kernel rows or taps read in place (taller kernels gather); tiles located at once; the weight
  * bytes above which channel blocks run over chunks of tiles. */
 enum { B8_MAX_SEGMENTS = 16, B8_CHUNK_TILES = 8, B8_CHUNK_WEIGHT_BYTES = 256 * 1024 };
-/* The packed filter's last int32 when every weight lies in [-64, 64] (b8_conv2d_s8_pack_filter). */
-enum { B8_WEIGHTS_7BIT = 0x37626974 };
+/* The packed filter's last int32 when every weight lies in [-64, 64] (b8_conv2d_s8_pack_filter):
+ * the weights as they are, or (AVX2 build, more than 3 blocks of channels, patches of 64 bytes
+ * or more) w + 64 for b8_tile_body's shifted form. */
+enum { B8_WEIGHTS_7BIT = 0x37626974, B8_WEIGHTS_SHIFTED = 0x73686674 };
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -497,64 +502,96 @@ static __m128i b8_negative_magnitude(const int8_t* x, int32_t n, __m128i sums) {
   return sums;
 }
 
-/* How the AVX2 tile multiplies: unsigned inputs as they are; inputs that may be negative by one
- * of three exact forms (b8_tile_body). */
-typedef enum { B8_FORM_UNSIGNED, B8_FORM_OFFSET, B8_FORM_SIGN, B8_FORM_CORRECTED } b8_sign_form;
+/* Adds to the two 64-bit lanes of `sums` the sum of a + 128 over the bytes a of x[0 .. n): the
+ * shifted form's term (b8_tile_body) for one run of a patch. Bytes up to the next multiple of 4
+ * are read (a segment's seg_len), those past n masked. */
+static __m128i b8_offset_sum(const int8_t* x, int32_t n, __m128i sums) {
+  const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+  int32_t i = 0;
+  if (n >= 32) {
+    __m256i wide = zero;
+    for (; i + 32 <= n; i += 32)
+      wide = _mm256_add_epi64(wide, _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + i)), flip), zero));
+    sums = _mm_add_epi64(sums, _mm_add_epi64(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1)));
+  }
+  const __m128i flip16 = _mm256_castsi256_si128(flip), zero16 = _mm_setzero_si128();
+  for (; i + 16 <= n; i += 16)
+    sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i*)(x + i)), flip16), zero16));
+  for (; i < n; i += 4) {
+    uint32_t quad;
+    memcpy(&quad, x + i, 4);
+    quad ^= 0x80808080u;
+    if (n - i < 4) quad &= (1u << 8 * (n - i)) - 1;
+    sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_cvtsi32_si128((int32_t)quad), zero16));
+  }
+  return sums;
+}
+
+/* How the AVX2 tile multiplies: filters of 7-bit weights packed shifted (more than 3 channel
+ * blocks, patches of 64 bytes or more) by their shifted form, whatever the inputs; other filters unsigned inputs as they are, inputs that may
+ * be negative by one of three exact forms (b8_tile_body). */
+typedef enum { B8_FORM_UNSIGNED, B8_FORM_SHIFTED, B8_FORM_OFFSET, B8_FORM_SIGN, B8_FORM_CORRECTED } b8_sign_form;
 
 /* acc[p][oc] = bias[oc] + the patch of pixel p times the channel's weights, for 4 pixels x 16
  * channels. With `e`, the tile requantizes in registers and writes the `count` pixels' 16
  * channels to out (rows `stride` bytes apart); else it stores the accumulators in acc.
- * vpmaddubsw multiplies unsigned by signed bytes and adds pairs in int16, so inputs that may be
- * negative take one of three exact forms:
- *  - offset, where every weight lies in [-64, 64] (a filter quantized to 7 bits): a + 128 as
- *    unsigned times b, as the VNNI tiles do (the accumulators start from the bias less 128 x the
- *    channel's weight sum); a pair of products lies in [-32640, 32640], and the loop is the
- *    unsigned one plus one xor per pixel and step;
+ * vpmaddubsw multiplies unsigned by signed bytes and adds pairs in int16. Unsigned inputs are its
+ * unsigned operand; the other forms are exact too:
+ *  - shifted, where every weight lies in [-64, 64] (a filter quantized to 7 bits): the packed
+ *    filter holds w + 64, in [0, 128], the unsigned operand, and the input a the signed one, so
+ *    that a pair of products lies in [-32768, 32512]. Then sum (w + 64) a = sum w a + 64 sum a,
+ *    and the tile adds, per pixel, -64 x the sum of the patch's bytes (pixel_terms[p],
+ *    b8_offset_sum). The loop is the unsigned one: nothing is done to the input per step;
+ *  - offset, other filters of 7-bit weights: a + 128 as unsigned times w, as the VNNI tiles do
+ *    (the accumulators start from the bias less 128 x the channel's weight sum), a pair of
+ *    products in [-32640, 32640]: the unsigned loop plus one xor per pixel and step, which costs
+ *    less than the shifted form's term where few channel blocks share it;
  *  - the sign trick: |a| times b with a's sign (vpsignb), at most 128 x 127 per product;
- *  - corrected (negative_sums not NULL): |a| times b ^ m, where m is all ones for a < 0. Then
- *    |a| (b ^ m) = |a| (-b - 1) = a b - |a|, so the tile adds back, per pixel, the sum of |a| over
- *    the negative bytes it reads (negative_sums[p], b8_negative_magnitude; bytes with zero
- *    weights count too, since 0 ^ m is -1). A pair of products lies in [-32768, 32512]. The
- *    mask's compare and xors run on any vector port, where vpsignb competes with the
- *    multiplications for the ports that multiply: on AMD Zen 4, 1.1-1.2x the sign trick's speed
- *    on layers of 64 or more channels, which repay the correction's pass over the patch, and
- *    b8_tile_pair adds another 1.05-1.1x. */
+ *  - corrected: |a| times b ^ m, where m is all ones for a < 0. Then |a| (b ^ m) = |a| (-b - 1) =
+ *    a b - |a|, so the tile adds back, per pixel, the sum of |a| over the negative bytes it reads
+ *    (pixel_terms[p], b8_negative_magnitude; bytes with zero weights count too, since 0 ^ m is
+ *    -1). A pair of products lies in [-32768, 32512]. The mask's compare and xors run on any
+ *    vector port, where vpsignb competes with the multiplications for the ports that multiply:
+ *    on AMD Zen 4, 1.1-1.2x the sign trick's speed on layers of 64 or more channels, which repay
+ *    the correction's pass over the patch, and b8_tile_pair adds another 1.05-1.1x. */
 B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                            const int8_t* w, const b8_sign_form form, const int32_t* negative_sums,
+                            const int8_t* w, const b8_sign_form form, const int32_t* pixel_terms,
                             const int32_t* bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],
                             const b8_block_epilogue* e, int8_t* out, int32_t stride, int32_t count) {
   const __m256i ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256(), flip = _mm256_set1_epi8((char)0x80);
   const __m256i b0 = _mm256_loadu_si256((const __m256i*)bias), b1 = _mm256_loadu_si256((const __m256i*)(bias + 8));
   __m256i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
-  if (form == B8_FORM_CORRECTED) {
-#define B8_CORRECT(p, acc0, acc1)                                   \
-  acc0 = _mm256_add_epi32(acc0, _mm256_set1_epi32(negative_sums[p])); \
-  acc1 = _mm256_add_epi32(acc1, _mm256_set1_epi32(negative_sums[p]))
+  if (form == B8_FORM_CORRECTED || form == B8_FORM_SHIFTED) {
+#define B8_CORRECT(p, acc0, acc1)                                 \
+  acc0 = _mm256_add_epi32(acc0, _mm256_set1_epi32(pixel_terms[p])); \
+  acc1 = _mm256_add_epi32(acc1, _mm256_set1_epi32(pixel_terms[p]))
     B8_CORRECT(0, a00, a01);
     B8_CORRECT(1, a10, a11);
     B8_CORRECT(2, a20, a21);
     B8_CORRECT(3, a30, a31);
 #undef B8_CORRECT
   }
-#define B8_STEP(pixel, acc0, acc1)                                                        \
-  do {                                                                                    \
-    int32_t quad;                                                                         \
-    memcpy(&quad, (pixel) + k, 4);                                                        \
-    __m256i x = _mm256_set1_epi32(quad), v0 = w0, v1 = w1;                                \
-    if (form == B8_FORM_CORRECTED) {                                                      \
-      const __m256i negative = _mm256_cmpgt_epi8(zero, x);                                \
-      v0 = _mm256_xor_si256(w0, negative);                                                \
-      v1 = _mm256_xor_si256(w1, negative);                                                \
-      x = _mm256_abs_epi8(x);                                                             \
-    } else if (form == B8_FORM_OFFSET) {                                                  \
-      x = _mm256_xor_si256(x, flip);                                                      \
-    } else if (form == B8_FORM_SIGN) {                                                    \
-      v0 = _mm256_sign_epi8(w0, x);                                                       \
-      v1 = _mm256_sign_epi8(w1, x);                                                       \
-      x = _mm256_abs_epi8(x);                                                             \
-    }                                                                                     \
-    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, v0), ones));  \
-    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, v1), ones));  \
+#define B8_STEP(pixel, acc0, acc1)                                                            \
+  do {                                                                                        \
+    int32_t quad;                                                                             \
+    memcpy(&quad, (pixel) + k, 4);                                                           \
+    __m256i x = _mm256_set1_epi32(quad), v0 = w0, v1 = w1;                                    \
+    if (form == B8_FORM_CORRECTED) {                                                          \
+      const __m256i negative = _mm256_cmpgt_epi8(zero, x);                                    \
+      v0 = _mm256_xor_si256(w0, negative);                                                    \
+      v1 = _mm256_xor_si256(w1, negative);                                                    \
+      x = _mm256_abs_epi8(x);                                                                 \
+    } else if (form == B8_FORM_OFFSET) {                                                      \
+      x = _mm256_xor_si256(x, flip);                                                          \
+    } else if (form == B8_FORM_SIGN) {                                                        \
+      v0 = _mm256_sign_epi8(w0, x);                                                           \
+      v1 = _mm256_sign_epi8(w1, x);                                                           \
+      x = _mm256_abs_epi8(x);                                                                 \
+    }                                                                                         \
+    const __m256i m0 = form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v0, x) : _mm256_maddubs_epi16(x, v0); \
+    const __m256i m1 = form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v1, x) : _mm256_maddubs_epi16(x, v1); \
+    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(m0, ones));                               \
+    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(m1, ones));                               \
   } while (0)
   for (int32_t s = 0; s < segments; ++s) {
     const int8_t *p0 = segment[s][0], *p1 = segment[s][1], *p2 = segment[s][2], *p3 = segment[s][3];
@@ -587,18 +624,19 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
   _mm256_storeu_si256((__m256i*)(acc[3] + 8), a31);
 }
 
-/* The tile in code for each form: unsigned inputs, offset, the sign trick, corrected. Inlined:
+/* The tile in code for each form: unsigned inputs, shifted, offset, the sign trick, corrected. Inlined:
  * called, it cost 16-channel layers about 10% (a call per tile and block). */
 B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t* w,
-                       b8_sign_form form, const int32_t* negative_sums, const int32_t* bias,
+                       b8_sign_form form, const int32_t* pixel_terms, const int32_t* bias,
                        int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
                        int32_t stride, int32_t count) {
 #define B8_TILE_FORM(f, sums) b8_tile_body(segment, segments, run, w, f, sums, bias, acc, e, out, stride, count)
   switch (form) {
     case B8_FORM_UNSIGNED: B8_TILE_FORM(B8_FORM_UNSIGNED, NULL); break;
+    case B8_FORM_SHIFTED: B8_TILE_FORM(B8_FORM_SHIFTED, pixel_terms); break;
     case B8_FORM_OFFSET: B8_TILE_FORM(B8_FORM_OFFSET, NULL); break;
     case B8_FORM_SIGN: B8_TILE_FORM(B8_FORM_SIGN, NULL); break;
-    case B8_FORM_CORRECTED: B8_TILE_FORM(B8_FORM_CORRECTED, negative_sums); break;
+    case B8_FORM_CORRECTED: B8_TILE_FORM(B8_FORM_CORRECTED, pixel_terms); break;
   }
 #undef B8_TILE_FORM
 }
@@ -723,14 +761,18 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #if B8_USE_AVX512VNNI
   const int offset = !input_nonnegative;
 #else
-  /* Signed inputs take b8_tile's offset form where the filter's weights allow it (7 bits), else
-   * the corrected form where at least 4 channel blocks share each pixel's correction, else the
-   * sign trick. */
-  const int offset = !input_nonnegative && weight_sums[padded_c] == B8_WEIGHTS_7BIT && depth <= (1 << 15);
-  const b8_sign_form form = input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
+  /* Filters packed shifted take b8_tile's shifted form; signed inputs the offset form where the
+   * weights are 7-bit, else the corrected form where at least 4 channel blocks share each pixel's
+   * correction, else the sign trick. */
+  const int32_t weight_range = weight_sums[padded_c];
+  const int offset = !input_nonnegative && weight_range == B8_WEIGHTS_7BIT && depth <= (1 << 15);
+  const b8_sign_form form = weight_range == B8_WEIGHTS_SHIFTED ? B8_FORM_SHIFTED
+                            : input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
                             : out_c > 3 * B8_TILE_CHANNELS ? B8_FORM_CORRECTED : B8_FORM_SIGN;
   const int corrected = form == B8_FORM_CORRECTED;
-  int32_t negative_sums[B8_CHUNK_TILES][B8_TILE_PIXELS];
+  int32_t pixel_terms[B8_CHUNK_TILES][B8_TILE_PIXELS]; /* the shifted and corrected forms' */
+  /* A segment's bytes that the filter weighs (the rest of seg_len has zero weights). */
+  const int32_t seg_real = per_tap ? in_c : per_row ? k_w * in_c : contiguous ? k_h * k_w * in_c : depth;
 #endif
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (the offset forms: less 128 x the weight sum). */
@@ -849,13 +891,18 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       }
     }
 #if !B8_USE_AVX512VNNI
-    /* Per pixel, the correction of the tile's corrected form over every byte it reads. */
-    if (corrected)
+    /* Per pixel, the term of the tile's shifted form (-64 x the sum of the patch's real bytes: a
+     * segment's first seg_real, the rest has zero weights) or of its corrected form (the sum of
+     * |a| over every negative byte it reads). */
+    if (form == B8_FORM_SHIFTED || corrected)
       for (int32_t t = 0; t < tiles; ++t)
         for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
           __m128i sums = _mm_setzero_si128();
-          for (int32_t s = 0; s < segments; ++s) sums = b8_negative_magnitude(segment[t][s][p], seg_len, sums);
-          negative_sums[t][p] = (int32_t)(_mm_cvtsi128_si64(sums) + _mm_extract_epi64(sums, 1));
+          for (int32_t s = 0; s < segments; ++s)
+            sums = corrected ? b8_negative_magnitude(segment[t][s][p], seg_len, sums)
+                             : b8_offset_sum(segment[t][s][p], seg_real, sums);
+          const int64_t total = _mm_cvtsi128_si64(sums) + _mm_extract_epi64(sums, 1);
+          pixel_terms[t][p] = corrected ? (int32_t)total : (int32_t)(-64 * (total - 128 * (int64_t)segments * seg_real));
         }
 #endif
     for (int32_t oc0 = 0, step; oc0 < out_c; oc0 += step) {
@@ -897,11 +944,11 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                   out + oc0, out_c, count, prefetch);
 #else
         if (pair) {
-          b8_tile_pair(segment[t], segments, seg_len, w, (int64_t)B8_TILE_CHANNELS * depth, negative_sums[t],
+          b8_tile_pair(segment[t], segments, seg_len, w, (int64_t)B8_TILE_CHANNELS * depth, pixel_terms[t],
                        start + oc0, &e, &next, out + oc0, out_c, count);
           continue;
         }
-        b8_tile(segment[t], segments, seg_len, w, form, corrected ? negative_sums[t] : NULL, start + oc0,
+        b8_tile(segment[t], segments, seg_len, w, form, pixel_terms[t], start + oc0,
                 acc, fused ? &e : NULL, out + oc0, out_c, count);
 #endif
         if (fused) continue;
@@ -969,13 +1016,6 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
      * row ky at ky x row), zero-filled past the real channels and row bytes. */
     const int32_t t = B8_TILE_CHANNELS, run = filter_dims->w * filter_dims->c, row = b8_patch_row(filter_dims);
     const int32_t depth = b8_patch_depth(filter_dims), blocks = b8_round_up(filter_dims->n, t) / t;
-    memset(packed, 0, (size_t)blocks * t * depth);
-    for (int32_t oc = 0; oc < filter_dims->n; ++oc)
-      for (int32_t k = 0; k < patch; ++k) {
-        const int32_t at = k / run * row + k % run; /* the byte's place in the padded patch */
-        packed[(((int64_t)(oc / t) * (depth / 4) + at / 4) * t + oc % t) * 4 + at % 4] =
-            filter[(int64_t)oc * patch + k];
-      }
     int32_t* sums = (int32_t*)(packed + (int64_t)blocks * t * depth);
     int narrow = 1;
     for (int32_t oc = 0; oc < blocks * t; ++oc) {
@@ -987,7 +1027,20 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
       }
       sums[oc] = sum;
     }
-    sums[blocks * t] = narrow ? B8_WEIGHTS_7BIT : 0;
+    /* The shifted form's per-pixel term pays where at least 4 channel blocks share it over a
+     * patch of 64 bytes or more; elsewhere the offset form's xor per step costs less (on Zen 4:
+     * a 3x3 stem on 3 channels, 64 of them, ran 0.91x shifted; 3x3 layers of 64-512 channels
+     * 1.01-1.04x). */
+    const int shifted = !B8_USE_AVX512VNNI && narrow && blocks > 3 && depth >= 64;
+    sums[blocks * t] = shifted ? B8_WEIGHTS_SHIFTED : narrow ? B8_WEIGHTS_7BIT : 0;
+    const int32_t shift = shifted ? 64 : 0;
+    memset(packed, 0, (size_t)blocks * t * depth);
+    for (int32_t oc = 0; oc < filter_dims->n; ++oc)
+      for (int32_t k = 0; k < patch; ++k) {
+        const int32_t at = k / run * row + k % run; /* the byte's place in the padded patch */
+        packed[(((int64_t)(oc / t) * (depth / 4) + at / 4) * t + oc % t) * 4 + at % 4] =
+            (int8_t)(uint8_t)(filter[(int64_t)oc * patch + k] + shift);
+      }
     return;
   }
 #endif
