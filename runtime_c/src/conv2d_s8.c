@@ -511,12 +511,14 @@ static __m128i b8_offset_sum(const int8_t* x, int32_t n, __m128i sums) {
   if (n >= 32) {
     __m256i wide = zero;
     for (; i + 32 <= n; i += 32)
-      wide = _mm256_add_epi64(wide, _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + i)), flip), zero));
+      wide = _mm256_add_epi64(
+          wide, _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + i)), flip), zero));
     sums = _mm_add_epi64(sums, _mm_add_epi64(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1)));
   }
   const __m128i flip16 = _mm256_castsi256_si128(flip), zero16 = _mm_setzero_si128();
   for (; i + 16 <= n; i += 16)
-    sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i*)(x + i)), flip16), zero16));
+    sums = _mm_add_epi64(sums,
+                         _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i*)(x + i)), flip16), zero16));
   for (; i < n; i += 4) {
     uint32_t quad;
     memcpy(&quad, x + i, 4);
@@ -528,8 +530,9 @@ static __m128i b8_offset_sum(const int8_t* x, int32_t n, __m128i sums) {
 }
 
 /* How the AVX2 tile multiplies: filters of 7-bit weights packed shifted (more than 3 channel
- * blocks, patches of 64 bytes or more) by their shifted form, whatever the inputs; other filters unsigned inputs as they are, inputs that may
- * be negative by one of three exact forms (b8_tile_body). */
+ * blocks, patches of 64 bytes or more) by their shifted form, whatever the inputs; with other
+ * filters, unsigned inputs as they are, inputs that may be negative by one of three exact forms
+ * (b8_tile_body). */
 typedef enum { B8_FORM_UNSIGNED, B8_FORM_SHIFTED, B8_FORM_OFFSET, B8_FORM_SIGN, B8_FORM_CORRECTED } b8_sign_form;
 
 /* acc[p][oc] = bias[oc] + the patch of pixel p times the channel's weights, for 4 pixels x 16
@@ -624,8 +627,8 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
   _mm256_storeu_si256((__m256i*)(acc[3] + 8), a31);
 }
 
-/* The tile in code for each form: unsigned inputs, shifted, offset, the sign trick, corrected. Inlined:
- * called, it cost 16-channel layers about 10% (a call per tile and block). */
+/* The tile in code for each form: unsigned inputs, shifted, offset, the sign trick, corrected.
+ * Inlined: called, it cost 16-channel layers about 10% (a call per tile and block). */
 B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t* w,
                        b8_sign_form form, const int32_t* pixel_terms, const int32_t* bias,
                        int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
@@ -902,7 +905,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             sums = corrected ? b8_negative_magnitude(segment[t][s][p], seg_len, sums)
                              : b8_offset_sum(segment[t][s][p], seg_real, sums);
           const int64_t total = _mm_cvtsi128_si64(sums) + _mm_extract_epi64(sums, 1);
-          pixel_terms[t][p] = corrected ? (int32_t)total : (int32_t)(-64 * (total - 128 * (int64_t)segments * seg_real));
+          /* shifted: total is the sum of a + 128 over segments x seg_real bytes */
+          pixel_terms[t][p] =
+              (int32_t)(corrected ? total : -64 * (total - 128 * (int64_t)segments * seg_real));
         }
 #endif
     for (int32_t oc0 = 0, step; oc0 < out_c; oc0 += step) {
