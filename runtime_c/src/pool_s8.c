@@ -13,10 +13,14 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
   }
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
-  const int64_t out_w = output_dims->w, out_plane = (int64_t)output_dims->h * out_w;
+  if (begin >= end) return B8_OK;
+  const int32_t out_w = output_dims->w, out_h = output_dims->h;
+  const int64_t image_size = (int64_t)in_h * in_w * c;
+  /* The pixel's coordinates are stepped along, not divided out per pixel (ResNet-18's max pool,
+   * one Zen 4 core: 1.06x with AVX-512, 1.15x with AVX2). */
+  int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
+  const int8_t* image = input + begin / out_w / out_h * image_size;
   for (int64_t index = begin; index < end; ++index) {
-    const int8_t* image = input + index / out_plane * in_h * in_w * c;
-    const int32_t oy = (int32_t)(index % out_plane / out_w), ox = (int32_t)(index % out_w);
     const int32_t y0 = oy * pool->stride_h - pool->pad_top, x0 = ox * pool->stride_w - pool->pad_left;
     /* The maximum over the in-bounds taps only, from the lowest code (TFLite's rule): a window
      * entirely in the padding (possible with dilation) gives -128. */
@@ -54,9 +58,8 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
 #endif
     }
 #endif
-    if (ch >= c) continue;
     for (int32_t k = ch; k < c; ++k) out[k] = INT8_MIN;
-    for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
+    for (int32_t ky = 0; ky < pool->kernel_h && ch < c; ++ky) {
       const int32_t iy = y0 + ky * pool->dilation_h;
       if (iy < 0 || iy >= in_h) continue;
       for (int32_t kx = 0; kx < pool->kernel_w; ++kx) {
@@ -64,6 +67,13 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
         if (ix < 0 || ix >= in_w) continue;
         const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c;
         for (int32_t k = ch; k < c; ++k) out[k] = pixel[k] > out[k] ? pixel[k] : out[k];
+      }
+    }
+    if (++ox == out_w) {
+      ox = 0;
+      if (++oy == out_h) {
+        oy = 0;
+        image += image_size;
       }
     }
   }
