@@ -417,7 +417,12 @@ def main() -> None:
     if args.ort_isa == "avx2":
         import ort_isa
 
-        hidden_isa = ort_isa.import_onnxruntime_avx2()
+        try:
+            hidden_isa = ort_isa.import_onnxruntime_avx2()
+        except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as err:
+            # no cc or objdump, no onnxruntime, or a library unlike 1.32's
+            detail = (getattr(err, "stderr", None) or "").strip().splitlines()
+            parser.error(f"--ort-isa avx2: {err}" + (f" ({detail[-1]})" if detail else ""))
 
     import torch
 
