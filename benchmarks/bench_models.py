@@ -547,7 +547,8 @@ def main() -> None:
           "same thread count (marked ref); below 1 is faster than ONNX Runtime.")
     print(f"- % int8 peak: GMAC/s over int8_peak.c's GMAC/s at the same thread count, for the ISA of the "
           f"byoc-int8 kernel build; ONNX Runtime int8 rows against {ort_isa_name}, PyTorch int8 rows against "
-          f"the best int8 ISA here ({best_isa}), which their kernels dispatch to; '-' for float and the portable build.")
+          f"the best int8 ISA here ({best_isa}), which their kernels dispatch to; '-' for float and the "
+          "portable build.")
     if hidden_isa:
         print(f"- ONNX Runtime ran with AVX-512 and VNNI hidden from its CPUID ({hidden_isa.answered()} CPUID "
               "queries answered): its AVX2 int8 kernels, whose u8 x s8 pairs saturate at int16 (byoc-int8's "

@@ -99,7 +99,8 @@ def import_onnxruntime_avx2() -> HiddenIsa:
     shutil.copytree(Path(spec.origin).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     libraries = sorted((package / "capi").glob("onnxruntime_pybind11_state*.so"))
     if len(libraries) != 1:
-        raise RuntimeError(f"expected one onnxruntime_pybind11_state library in {package / 'capi'}, found {len(libraries)}")
+        raise RuntimeError(f"expected one onnxruntime_pybind11_state library in {package / 'capi'}, "
+                           f"found {len(libraries)}")
     patched = patch_cpuid(libraries[0])
     if patched == 0:
         raise RuntimeError(f"{libraries[0].name}: no cpuid instruction found; cannot hide AVX-512")

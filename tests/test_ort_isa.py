@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 DEPTH = 64
 
@@ -24,7 +23,8 @@ if sys.argv[1] == "avx2":
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-weights = helper.make_tensor("B", TensorProto.INT8, [{DEPTH}, 16], np.full(({DEPTH}, 16), -128, np.int8).tobytes(), raw=True)
+weights = helper.make_tensor("B", TensorProto.INT8, [{DEPTH}, 16], np.full(({DEPTH}, 16), -128, np.int8).tobytes(),
+                             raw=True)
 graph = helper.make_graph([helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "probe",
                           [helper.make_tensor_value_info("A", TensorProto.UINT8, [4, {DEPTH}])],
                           [helper.make_tensor_value_info("Y", TensorProto.INT32, [4, 16])], initializer=[weights])
