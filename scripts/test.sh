@@ -7,6 +7,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
 export TORCHINDUCTOR_CACHE_DIR="$SCRATCH/torchinductor"
+# Temporary files too (ONNX Runtime writes a session file, .ses, into the temporary directory).
+export TMPDIR="$SCRATCH"
 source "$ROOT/scripts/bootstrap.sh"
 # The standalone C export is checked with clang, and on aarch64 / riscv64 under qemu.
 MISSING=""
