@@ -30,42 +30,42 @@ static const uint32_t LEAF7_1_EDX_HIDDEN = BIT(4) | BIT(5) | BIT(10);
 
 static volatile sig_atomic_t answered; /* CPUID instructions emulated so far */
 
-static void on_sigtrap(int sig, siginfo_t *info, void *context) {
-    (void)info;
-    greg_t *regs = ((ucontext_t *)context)->uc_mcontext.gregs;
-    const unsigned char *next = (const unsigned char *)regs[REG_RIP]; /* just after the int3 */
-    if (next[-1] != 0xCC || next[0] != 0x90) {
-        signal(sig, SIG_DFL); /* not a patched CPUID: returning re-runs the trap unhandled */
-        return;
-    }
-    unsigned leaf = (unsigned)regs[REG_RAX], subleaf = (unsigned)regs[REG_RCX];
-    unsigned eax, ebx, ecx, edx;
-    __cpuid_count(leaf, subleaf, eax, ebx, ecx, edx);
-    if (leaf == 7 && subleaf == 0) {
-        ebx &= ~LEAF7_EBX_HIDDEN;
-        ecx &= ~LEAF7_ECX_HIDDEN;
-        edx &= ~LEAF7_EDX_HIDDEN;
-    } else if (leaf == 7 && subleaf == 1) {
-        eax &= ~LEAF7_1_EAX_HIDDEN;
-        edx &= ~LEAF7_1_EDX_HIDDEN;
-    }
-    /* CPUID writes the 32-bit registers, which zeroes the upper halves. */
-    regs[REG_RAX] = eax;
-    regs[REG_RBX] = ebx;
-    regs[REG_RCX] = ecx;
-    regs[REG_RDX] = edx;
-    regs[REG_RIP] += 1; /* over the nop */
-    answered = answered + 1;
+static void on_sigtrap(int sig, siginfo_t* info, void* context) {
+  (void)info;
+  greg_t* regs = ((ucontext_t*)context)->uc_mcontext.gregs;
+  const unsigned char* next = (const unsigned char*)regs[REG_RIP]; /* just after the int3 */
+  if (next[-1] != 0xCC || next[0] != 0x90) {
+    signal(sig, SIG_DFL); /* not a patched CPUID: returning re-runs the trap unhandled */
+    return;
+  }
+  unsigned leaf = (unsigned)regs[REG_RAX], subleaf = (unsigned)regs[REG_RCX];
+  unsigned eax, ebx, ecx, edx;
+  __cpuid_count(leaf, subleaf, eax, ebx, ecx, edx);
+  if (leaf == 7 && subleaf == 0) {
+    ebx &= ~LEAF7_EBX_HIDDEN;
+    ecx &= ~LEAF7_ECX_HIDDEN;
+    edx &= ~LEAF7_EDX_HIDDEN;
+  } else if (leaf == 7 && subleaf == 1) {
+    eax &= ~LEAF7_1_EAX_HIDDEN;
+    edx &= ~LEAF7_1_EDX_HIDDEN;
+  }
+  /* CPUID writes the 32-bit registers, which zeroes the upper halves. */
+  regs[REG_RAX] = eax;
+  regs[REG_RBX] = ebx;
+  regs[REG_RCX] = ecx;
+  regs[REG_RDX] = edx;
+  regs[REG_RIP] += 1; /* over the nop */
+  answered = answered + 1;
 }
 
 /* Installs the handler; 0 on success. */
 int cpuid_avx2_install(void) {
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_sigtrap;
-    action.sa_flags = SA_SIGINFO;
-    sigemptyset(&action.sa_mask);
-    return sigaction(SIGTRAP, &action, NULL);
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_sigaction = on_sigtrap;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  return sigaction(SIGTRAP, &action, NULL);
 }
 
 /* How many patched CPUID instructions have been answered. */

@@ -79,7 +79,7 @@ def _build_handler(workdir: Path) -> ctypes.CDLL:
     cc = os.environ.get("CC", "cc")
     subprocess.run([cc, "-O2", "-shared", "-fPIC", str(HERE / "cpuid_avx2.c"), "-o", str(library)],
                    check=True, capture_output=True, text=True)
-    handler = ctypes.CDLL(str(library))
+    handler = ctypes.CDLL(str(library), use_errno=True)
     if handler.cpuid_avx2_install() != 0:
         raise OSError(ctypes.get_errno(), "sigaction(SIGTRAP) failed")
     return handler
