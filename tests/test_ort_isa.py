@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from byoc_int8.codegen.emit_c import cpu_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPTH = 64
 
@@ -41,11 +43,6 @@ EXACT = 255 * -128 * DEPTH
 SATURATED = -32768 * (DEPTH // 2)
 
 
-def _cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as f:
-        return set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
-
-
 def _probe(mode: str, tmp_path: Path) -> dict:
     env = dict(os.environ, TMPDIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, timeout=300)
@@ -61,6 +58,6 @@ def test_hidden_avx512_runs_the_saturating_avx2_kernels(tmp_path):
     assert not list(tmp_path.glob("ort_avx2*"))  # the patched copy is removed at exit
 
     native = _probe("native", tmp_path)
-    vnni = {"avx512_vnni", "avx_vnni"} & _cpu_flags()
+    vnni = {"avx512_vnni", "avx_vnni"} & cpu_flags()
     assert native["values"] == [EXACT if vnni else SATURATED]
     assert str(tmp_path) not in native["module"]
