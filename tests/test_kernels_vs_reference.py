@@ -384,6 +384,31 @@ def test_boundary_conversions(kernels, seed):
     assert kernel_calls.run(kernels, "quantize", {**case, "x": x, "nchw": False})[0] == 1  # refused
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_rgb_boundary_conversion(kernels, seed):
+    """Images of 3 channels, which the SIMD builds convert 16 pixels at a time in registers: rows
+    of 16 to 70 pixels (the last w % 16 through the general path), ties and the floats next to
+    them, values past the clamp at both ends, scales that divide inexactly, split rows, and a NaN
+    or an infinity in any channel at any place refused."""
+    rng = np.random.default_rng(100 + seed)
+    n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(16, 71))
+    scale = float(np.float32(2.0 ** rng.integers(-6, 2) * (1.0 if seed % 2 else rng.uniform(0.5, 1.0))))
+    quant = qarith.ActivationQuant(scale, random_zero_point(rng))
+    x = (rng.integers(-600, 600, (n, 3, h, w)) / 2 * quant.scale).astype(np.float32)
+    x.ravel()[::5] = np.nextafter(x.ravel()[::5], np.float32(np.inf))
+    x.ravel()[1::5] = np.nextafter(x.ravel()[1::5], np.float32(-np.inf))
+    case = {"x": x, "nchw": True, "scale": quant.scale, "zero_point": quant.zero_point}
+    out = assert_matches(kernels, "quantize", case).reshape(n, h, w, 3)
+    np.testing.assert_array_equal(out, layout.to_storage(qarith.quantize_tensor(x, quant, kernels.rounding)))
+    assert {-128, 127} <= set(out.ravel().tolist())  # both clamps reached
+    split = int(rng.integers(0, n * h + 1))
+    assert_matches(kernels, "quantize", {**case, "rows": [(0, split), (split, n * h)]})
+    for bad in (np.nan, np.inf, -np.inf):
+        y = x.copy()
+        y[int(rng.integers(0, n)), int(rng.integers(0, 3)), int(rng.integers(0, h)), int(rng.integers(0, w))] = bad
+        assert kernel_calls.run(kernels, "quantize", {**case, "x": y})[0] == 1  # refused
+
+
 def test_quantize_rows_writes_only_its_rows(kernels):
     """A range of image rows reads and writes those rows alone: a NaN elsewhere goes unseen."""
     n, c, h, w = 2, 3, 4, 70
