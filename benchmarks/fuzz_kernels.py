@@ -351,7 +351,7 @@ def gen_global_avg_pool(rng) -> dict:
 
 
 def elementwise_size(rng) -> int:
-    """0 to a few, around the 8- and 16-lane loops (k * 8 +- 1), up to a few hundred, or large."""
+    """0 to a few, around the loops of 8, 16, 32 and 64 values (k * 8 +- 1), up to a few hundred, or large."""
     r = rng.random()
     if r < 0.1:
         return int(rng.integers(0, 4))
