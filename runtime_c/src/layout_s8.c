@@ -216,23 +216,24 @@ B8_INLINE void b8_store_rgb16(__m128i r, __m128i g, __m128i b, int8_t* out) {
   }
 }
 
-/* b8_quantize_run's arithmetic on 16 floats (its definition; the same roundings, the same
- * clamp before rounding, NaN and infinity flagged in *bad), returning their 16 codes. The
- * rounding to nearest takes MXCSR's mode, as nearbyintf does. */
+/* The constants of b8_quantize_x16. */
 typedef struct {
   float factor; /* 1 / scale (single rounding), else scale: a divisor */
   float lo, hi; /* the clamp, before the zero point */
   int32_t zero_point;
 } b8_quantize_consts;
 
+/* The codes of 16 floats, by b8_quantize_run's arithmetic (the definition): the same roundings,
+ * the same clamp before rounding, where max(NaN, lo) is lo; NaN and infinity set *bad. The
+ * rounding to nearest takes MXCSR's mode, as nearbyintf does. */
 #if B8_USE_AVX512VNNI
 B8_INLINE __m128i b8_quantize_x16(const float* x, const b8_quantize_consts* k, int* bad) {
   const __m512 v = _mm512_loadu_ps(x);
   *bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
   const __m512 lo = _mm512_set1_ps(k->lo), hi = _mm512_set1_ps(k->hi);
 #if B8_ROUNDING == B8_ROUND_SINGLE
-  /* max(NaN, lo) is lo, as in b8_quantize_run */
-  const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, _mm512_set1_ps(k->factor)), lo), hi));
+  const __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, _mm512_set1_ps(k->factor)), lo), hi);
+  const __m512i q = _mm512_cvtps_epi32(t);
 #else
   const __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, _mm512_set1_ps(k->factor)), lo), hi);
   const __m512 whole = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -251,7 +252,8 @@ B8_INLINE __m256i b8_quantize_x8(const float* x, const b8_quantize_consts* k, in
   *bad |= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
   const __m256 lo = _mm256_set1_ps(k->lo), hi = _mm256_set1_ps(k->hi);
 #if B8_ROUNDING == B8_ROUND_SINGLE
-  const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, _mm256_set1_ps(k->factor)), lo), hi));
+  const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, _mm256_set1_ps(k->factor)), lo), hi);
+  const __m256i q = _mm256_cvtps_epi32(t);
 #else
   const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v, _mm256_set1_ps(k->factor)), lo), hi);
   const __m256 whole = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
