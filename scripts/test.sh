@@ -7,6 +7,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
 export TORCHINDUCTOR_CACHE_DIR="$SCRATCH/torchinductor"
+# and byoc-int8's compiled kernels (kept in ~/.cache/byoc-int8 otherwise).
+export BYOC_INT8_CACHE_DIR="$SCRATCH/byoc_int8_cache"
 # Temporary files too (ONNX Runtime writes a session file, .ses, into the temporary directory).
 export TMPDIR="$SCRATCH"
 source "$ROOT/scripts/bootstrap.sh"

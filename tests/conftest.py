@@ -15,6 +15,17 @@ from kernel_calls import (  # noqa: F401
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kernel_object_cache(tmp_path_factory) -> Path:
+    """The compiled kernels' disk cache (byoc_int8.codegen.objects.kernel_cache_dir) of this run, in
+    its temporary folder rather than the user's cache, unless BYOC_INT8_CACHE_DIR chooses one."""
+    import os
+
+    if "BYOC_INT8_CACHE_DIR" not in os.environ:
+        os.environ["BYOC_INT8_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel_cache"))
+    return Path(os.environ["BYOC_INT8_CACHE_DIR"])
+
+
 @pytest.fixture(scope="session")
 def kernel_build() -> Path:
     """The C kernel libraries built by CMake (the same build the test command runs first)."""

@@ -1,6 +1,6 @@
 """The generated module as one object (byoc_int8/codegen/objects.py): the int8 constants enter as
-bytes, the kernels compile once per process and kernel build, only the regions' entries stay
-global, and a missing or failing compiler is named."""
+bytes, the kernels compile once per process and kernel build and persist on disk for the next
+process, only the regions' entries stay global, and a missing or failing compiler is named."""
 
 import dataclasses
 import subprocess
@@ -47,19 +47,77 @@ def test_library_holds_the_weights_as_bytes_and_exports_only_the_entries(compile
         assert w.astype(np.int8).tobytes() in library
 
 
-def test_kernels_compile_once_per_process_and_kernel_build(region, monkeypatch):
-    compiles = []
+@pytest.fixture
+def compiles(monkeypatch, tmp_path) -> list[str]:
+    """The units compile_module compiles from here on (kernels, model), in a process with no
+    kernel object yet and an empty disk cache in tmp_path / "cache"."""
+    names = []
     start = objects._compile
 
     def recording(cc, source, name, workdir):
-        compiles.append(name)
+        names.append(name)
         return start(cc, source, name, workdir)
 
     monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})
     monkeypatch.setattr(objects, "_compile", recording)
+    monkeypatch.setenv("BYOC_INT8_CACHE_DIR", str(tmp_path / "cache"))
+    return names
+
+
+def test_kernels_compile_once_per_process_and_kernel_build(region, compiles):
     for simd in ("portable", "portable", "avx2", "portable"):
         assert objects.compile_module(emit_c.emit_module([region], simd=simd)).kind == "static_library"
     assert compiles == ["kernels", "model", "model", "kernels", "model", "model"]
+
+
+def _cache_entries(tmp_path) -> list:
+    return sorted((tmp_path / "cache").glob("kernels-*.o"))
+
+
+def test_a_new_process_takes_the_kernels_from_the_disk_cache(region, compiles, monkeypatch, tmp_path):
+    source = emit_c.emit_module([region], simd="portable")
+    objects.compile_module(source).write_to_file(str(tmp_path / "first.o"))
+    assert compiles == ["kernels", "model"] and len(_cache_entries(tmp_path)) == 1
+    monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})  # as in a new process
+    objects.compile_module(source).write_to_file(str(tmp_path / "second.o"))
+    assert compiles == ["kernels", "model", "model"]
+    assert (tmp_path / "first.o").read_bytes() == (tmp_path / "second.o").read_bytes()
+    # Another compiler (here gcc behind a script: another path) is another entry.
+    wrapper = tmp_path / "cc"
+    wrapper.write_text('#!/bin/sh\nexec gcc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})
+    objects.compile_module(source)
+    assert compiles == ["kernels", "model", "model", "kernels", "model"] and len(_cache_entries(tmp_path)) == 2
+
+
+def test_a_damaged_cache_entry_is_compiled_again(region, compiles, monkeypatch, tmp_path):
+    source = emit_c.emit_module([region], simd="portable")
+    objects.compile_module(source)
+    entry, = _cache_entries(tmp_path)
+    good = entry.read_bytes()
+    entry.write_bytes(good[: len(good) // 2])  # cut short
+    monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})
+    assert objects.compile_module(source).kind == "static_library"
+    assert compiles == ["kernels", "model", "kernels", "model"]
+    assert [path.read_bytes() for path in _cache_entries(tmp_path)] == [good]
+
+
+def test_the_disk_cache_is_bounded_and_can_be_turned_off(region, compiles, monkeypatch, tmp_path):
+    monkeypatch.setattr(objects, "KERNEL_CACHE_ENTRIES", 1)
+    sources = {simd: emit_c.emit_module([region], simd=simd) for simd in ("portable", "avx2")}
+    for source in sources.values():
+        objects.compile_module(source)
+    entry, = _cache_entries(tmp_path)  # the newer: the avx2 kernels'
+    newer = objects._kernel_key(objects._tool("gcc", "CC"), sources["avx2"].kernels_c)
+    assert entry.name.startswith(f"kernels-{newer}-")
+    monkeypatch.setenv("BYOC_INT8_CACHE_DIR", "")
+    assert objects.kernel_cache_dir() is None
+    monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})
+    objects.compile_module(emit_c.emit_module([region], simd="portable"))
+    assert compiles == ["kernels", "model", "kernels", "model", "kernels", "model"]
+    assert _cache_entries(tmp_path) == [entry]
 
 
 def test_two_modules_link_into_one_library_without_a_clash(region, tmp_path):

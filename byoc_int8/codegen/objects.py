@@ -2,8 +2,9 @@
 handed to TVM as a static library that ``export_library`` links into the ``.so``.
 
 * The regions' unit and the kernels' unit compile separately. The kernels' object depends only on
-  the kernel build (implementation, rounding, the sources), so each process compiles it once and
-  keeps its bytes: every later model of that build compiles only its own code.
+  the kernel build (implementation, rounding, the sources) and the compiler, so each process
+  compiles it once and keeps its bytes, and keeps them on disk too (:func:`kernel_cache_dir`) for
+  the next process: every later model of that build compiles only its own code.
 * The int8 constants never become C text: an assembler file places each one (aligned, named as
   the regions' code declares it) with ``.incbin`` from one binary file.
 * Both units are compiled with hidden visibility and linked with ``ld -r``; ``objcopy
@@ -13,6 +14,7 @@ handed to TVM as a static library that ``export_library`` links into the ``.so``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -74,8 +76,78 @@ def _finish(started: list[tuple[str, subprocess.Popen]]) -> None:
         raise ToolchainError(failures[0])
 
 
-# The kernels' object of each kernel build this process has compiled, by its unit's text.
+# The kernels' object of each kernel build this process has compiled or read, by _kernel_key.
 _KERNEL_OBJECTS: dict[str, bytes] = {}
+# Objects the disk cache keeps (about 120 KB each), the least recently used going first.
+KERNEL_CACHE_ENTRIES = 32
+
+
+def kernel_cache_dir() -> Path | None:
+    """Where kernel objects persist between processes: ``$BYOC_INT8_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/byoc-int8`` (``~/.cache/byoc-int8``); None, no cache on disk, when
+    ``BYOC_INT8_CACHE_DIR`` is set empty."""
+    configured = os.environ.get("BYOC_INT8_CACHE_DIR")
+    if configured is not None:
+        return Path(configured) if configured else None
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "byoc-int8"
+
+
+@functools.cache
+def _compiler_identity(cc: str) -> str:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True)
+    return f"{os.path.realpath(cc)}\n{version.stdout}"
+
+
+def _kernel_key(cc: str, kernels_c: str) -> str:
+    """The kernels' object's identity: the compiler (its path and version), the flags, the unit."""
+    key = hashlib.sha256()
+    for part in (_compiler_identity(cc), " ".join((*C_FLAGS, *_include_flags())), kernels_c):
+        key.update(part.encode() + b"\0")
+    return key.hexdigest()
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _cached_kernels(key: str) -> bytes | None:
+    """The object of `key` from the disk cache, or None. Files are named by the key and their
+    bytes' own digest; one whose bytes do not match (a damaged file) is removed, and compiled again."""
+    directory = kernel_cache_dir()
+    if directory is None:
+        return None
+    for path in directory.glob(f"kernels-{key}-*.o"):
+        try:
+            data = path.read_bytes()
+            if path.stem.endswith(f"-{_digest(data)}"):
+                os.utime(path)  # recently used
+                return data
+            path.unlink()
+        except OSError:
+            continue
+    return None
+
+
+def _store_kernels(key: str, data: bytes) -> None:
+    """Keeps the object on disk for later processes; the cache is an optimization, so a folder
+    that cannot be written is left alone. Written to a temporary file, then renamed: a reader sees
+    the whole file or none."""
+    directory = kernel_cache_dir()
+    if directory is None:
+        return
+    temporary = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".kernels-", delete=False) as file:
+            temporary = file.name
+            file.write(data)
+        os.replace(temporary, directory / f"kernels-{key}-{_digest(data)}.o")
+        entries = sorted(directory.glob("kernels-*.o"), key=lambda path: path.stat().st_mtime, reverse=True)
+        for stale in entries[KERNEL_CACHE_ENTRIES:]:
+            stale.unlink(missing_ok=True)
+    except OSError:
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
 
 
 def _constants_assembly(constants: tuple[tuple[str, bytes], ...], blob: str) -> str:
@@ -95,7 +167,9 @@ def _constants_assembly(constants: tuple[tuple[str, bytes], ...], blob: str) -> 
 def compile_module(source: ModuleSource) -> tvm.runtime.Module:
     """The module as one object file in a TVM static library module."""
     cc, ld, objcopy = _tool("gcc", "CC"), _tool("ld"), _tool("objcopy")
-    key = hashlib.sha256(source.kernels_c.encode()).hexdigest()
+    key = _kernel_key(cc, source.kernels_c)
+    if key not in _KERNEL_OBJECTS and (cached := _cached_kernels(key)) is not None:
+        _KERNEL_OBJECTS[key] = cached
     with tempfile.TemporaryDirectory(prefix="byoc_int8_module_") as name:
         workdir = Path(name)
         started = []
@@ -110,6 +184,7 @@ def compile_module(source: ModuleSource) -> tvm.runtime.Module:
             (workdir / "kernels.o").write_bytes(_KERNEL_OBJECTS[key])
         else:
             _KERNEL_OBJECTS[key] = (workdir / "kernels.o").read_bytes()
+            _store_kernels(key, _KERNEL_OBJECTS[key])
         _finish([("linking the module", _start([ld, "-r", "-o", "module.o", "model.o", "constants.o", "kernels.o"], workdir))])
         _finish([("hiding the kernels", _start([objcopy, "--localize-hidden", "module.o"], workdir))])
         # The module keeps the object's bytes: the directory can go.
