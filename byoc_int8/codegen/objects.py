@@ -89,7 +89,10 @@ def kernel_cache_dir() -> Path | None:
     configured = os.environ.get("BYOC_INT8_CACHE_DIR")
     if configured is not None:
         return Path(configured) if configured else None
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "byoc-int8"
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "byoc-int8"
+    except RuntimeError:  # no home directory to be found: no cache
+        return None
 
 
 @functools.cache
