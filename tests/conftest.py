@@ -1,4 +1,5 @@
 import ctypes
+import os
 import subprocess
 from pathlib import Path
 
@@ -19,8 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def kernel_object_cache(tmp_path_factory) -> Path:
     """The compiled kernels' disk cache (byoc_int8.codegen.objects.kernel_cache_dir) of this run, in
     its temporary folder rather than the user's cache, unless BYOC_INT8_CACHE_DIR chooses one."""
-    import os
-
     if "BYOC_INT8_CACHE_DIR" not in os.environ:
         os.environ["BYOC_INT8_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel_cache"))
     return Path(os.environ["BYOC_INT8_CACHE_DIR"])
