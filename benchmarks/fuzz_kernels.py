@@ -515,9 +515,11 @@ def gen_concat(rng) -> dict:
     multiplier, shift = requant(rng, count, 1)
     same = rng.random(count) < 0.3  # the identity factor: inputs at the output's scale
     multiplier[same], shift[same] = 1 << 30, 1
+    zero_points, output_zero_point = np.array([zero_point(rng) for _ in range(count)], np.int32), zero_point(rng)
+    if chance(rng, 0.3):  # every input at the output's scale and zero point: copies, the usual concat
+        multiplier[:], shift[:], zero_points[:] = 1 << 30, 1, output_zero_point
     return {"inputs": [int8_data(rng, (outer, k)) for k in inners], "outer": outer, "multiplier": multiplier,
-            "shift": shift, "zero_points": np.array([zero_point(rng) for _ in range(count)], np.int32),
-            "output_zero_point": zero_point(rng)}
+            "shift": shift, "zero_points": zero_points, "output_zero_point": output_zero_point}
 
 
 def _shape(rng, rank: int, high: int, limit: int = 6000, zero: float = 0.03) -> tuple[int, ...]:

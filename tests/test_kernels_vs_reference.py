@@ -409,6 +409,24 @@ def test_rgb_boundary_conversion(kernels, seed):
         assert kernel_calls.run(kernels, "quantize", {**case, "x": y})[0] == 1  # refused
 
 
+def test_concat_of_copies_and_of_one_rescaled_input(kernels):
+    """A concat whose inputs all have the output's scale and zero point copies them, in a loop of
+    its own; with one input rescaled, every input takes the general path."""
+    rng = np.random.default_rng(7)
+    xs = [rng.integers(-128, 128, (7, inner)).astype(np.int8) for inner in (5, 64, 3)]
+    case = {"inputs": xs, "outer": 7, "multiplier": np.full(3, 1 << 30, np.int32), "shift": np.ones(3, np.int32),
+            "zero_points": np.full(3, -9, np.int32), "output_zero_point": -9}
+    np.testing.assert_array_equal(assert_matches(kernels, "concat", case).reshape(7, 72), np.concatenate(xs, 1))
+    rescaled = {**case, "multiplier": np.array([1 << 30, 1518500250, 1 << 30], np.int32),
+                "shift": np.array([1, 0, 1], np.int32)}
+    out = assert_matches(kernels, "concat", rescaled).reshape(7, 72)
+    np.testing.assert_array_equal(out[:, :5], xs[0])
+    assert not np.array_equal(out[:, 5:69], xs[1])
+    shifted = {**case, "zero_points": np.array([-9, -10, -9], np.int32)}  # one zero point off by one
+    out = assert_matches(kernels, "concat", shifted).reshape(7, 72)
+    np.testing.assert_array_equal(out[:, 5:69], np.clip(xs[1].astype(np.int32) + 1, -128, 127))
+
+
 def test_quantize_rows_writes_only_its_rows(kernels):
     """A range of image rows reads and writes those rows alone: a NaN elsewhere goes unseen."""
     n, c, h, w = 2, 3, 4, 70

@@ -88,18 +88,25 @@ B8_API b8_status b8_pad_s8(int32_t rank, const int32_t* input_shape, const int32
   return B8_OK;
 }
 
+/* Whether a concat input is copied as it is: its factor exactly 1 and its zero point the
+ * output's (it already has the output's scale and zero point). */
+static int b8_rescale_is_copy(int32_t zero_point, int32_t factor, int32_t exponent, int32_t output_zero_point) {
+  int32_t multiplier = factor, shift = exponent;
+  b8_multiplier_form(&multiplier, &shift);
+  return multiplier == (1 << 30) && shift == 1 && zero_point == output_zero_point;
+}
+
 /* One run of a concat input rescaled to the output: requant(x - zero_point) + output_zero_point,
  * clamped to int8. `factor` and `exponent` may be B8_SHIFT_ONLY and an exponent; the vector code
  * runs that in its multiplier form (the same function). */
 static void b8_rescale_run(const int8_t* in, int32_t count, int32_t zero_point, int32_t factor, int32_t exponent,
                            int32_t output_zero_point, int8_t* out) {
-  int32_t i = 0, multiplier = factor, shift = exponent;
-  b8_multiplier_form(&multiplier, &shift);
-  if (multiplier == (1 << 30) && shift == 1 && zero_point == output_zero_point) {
-    /* The factor is exactly 1 (the input already has the output's scale and zero point). */
+  if (b8_rescale_is_copy(zero_point, factor, exponent, output_zero_point)) {
     memcpy(out, in, (size_t)count);
     return;
   }
+  int32_t i = 0, multiplier = factor, shift = exponent;
+  b8_multiplier_form(&multiplier, &shift);
 #if B8_USE_AVX2
   /* |x - zero_point| <= 255, so the vector requantizations are exact: with TFLite's rounding a
    * left shift is applied to the int32 value first (wrapping as b8_requantize's does), leaving a
@@ -149,6 +156,18 @@ B8_API b8_status b8_concat_s8(int32_t num_inputs, const int8_t* const* inputs, c
                               const int32_t* multiplier, const int32_t* shift,
                               const int32_t* zero_points, int32_t output_zero_point, int32_t outer,
                               int8_t* output) {
+  int copies = 1;
+  for (int32_t k = 0; k < num_inputs; ++k)
+    copies &= b8_rescale_is_copy(zero_points[k], multiplier ? multiplier[k] : B8_SHIFT_ONLY, shift[k],
+                                 output_zero_point);
+  if (copies) { /* every input as it is (the usual concat): no per-row checks */
+    for (int32_t r = 0; r < outer; ++r)
+      for (int32_t k = 0; k < num_inputs; ++k) {
+        memcpy(output, inputs[k] + (int64_t)r * inner[k], (size_t)inner[k]);
+        output += inner[k];
+      }
+    return B8_OK;
+  }
   for (int32_t r = 0; r < outer; ++r) {
     for (int32_t k = 0; k < num_inputs; ++k) {
       b8_rescale_run(inputs[k] + (int64_t)r * inner[k], inner[k], zero_points[k],
