@@ -3,6 +3,7 @@ bytes, the kernels compile once per process and kernel build and persist on disk
 process, only the regions' entries stay global, and a missing or failing compiler is named."""
 
 import dataclasses
+import os
 import subprocess
 
 import numpy as np
@@ -107,8 +108,10 @@ def test_a_damaged_cache_entry_is_compiled_again(region, compiles, monkeypatch, 
 def test_the_disk_cache_is_bounded_and_can_be_turned_off(region, compiles, monkeypatch, tmp_path):
     monkeypatch.setattr(objects, "KERNEL_CACHE_ENTRIES", 1)
     sources = {simd: emit_c.emit_module([region], simd=simd) for simd in ("portable", "avx2")}
-    for source in sources.values():
-        objects.compile_module(source)
+    objects.compile_module(sources["portable"])
+    older, = _cache_entries(tmp_path)
+    os.utime(older, (older.stat().st_atime, older.stat().st_mtime - 10))  # surely older
+    objects.compile_module(sources["avx2"])
     entry, = _cache_entries(tmp_path)  # the newer: the avx2 kernels'
     newer = objects._kernel_key(objects._tool("gcc", "CC"), sources["avx2"].kernels_c)
     assert entry.name.startswith(f"kernels-{newer}-")
