@@ -249,9 +249,17 @@ def _conv_rest(rng, case: dict, in_c: int, weight: np.ndarray, out_c: int, terms
 
 def gen_conv2d(rng) -> dict:
     """Plain (groups 1, channel counts around whole tiles), stems (3x3 or 7x7 on 3 channels over
-    rows wide enough for whole tiles of windows: patches gathered whole), grouped, depthwise-shaped
-    grouped, and now and then a patch at the longest the VNNI tile takes signed (2^15 bytes)."""
+    rows wide enough for whole tiles of windows: patches gathered whole), pointwise (1x1, stride
+    1, on a multiple of 4 channels: the input's pixels as patches, in chunks of tiles), grouped,
+    depthwise-shaped grouped, and now and then a patch at the longest the VNNI tile takes signed
+    (2^15 bytes)."""
     r = rng.random()
+    if 0.05 <= r < 0.15:
+        in_c, out_c = 4 * int(rng.integers(1, 17)), channels(rng)
+        n, h, w = int(rng.integers(1, 4)), extent(rng, 12, 30), extent(rng, 12, 30)
+        case = {"groups": 1, "n": n, "hw": (h, w), "kernel": (1, 1), "strides": (1, 1), "padding": (0, 0),
+                "dilation": (1, 1), "out_hw": (h, w)}
+        return _conv_rest(rng, case, in_c, weights(rng, (out_c, 1, 1, in_c)), out_c, in_c)
     if r < 0.05:
         kernel = int(rng.choice([3, 7]))
         stride, out_c = int(rng.integers(1, 3)), channels(rng)

@@ -220,8 +220,9 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
             # Every tap read in place (the pad value's bytes outside the input), tiles in chunks.
             paths |= {"per tap"} if end > begin else set()
             paths |= {"several tiles per chunk"} if end - begin > tile_pixels else set()
-        if pointwise:
+        if pointwise:  # the input's pixels as patches, tiles in chunks
             paths |= {"pointwise"} if end > begin else set()
+            paths |= {"pointwise, several tiles per chunk"} if end - begin > tile_pixels else set()
         if per_tap or pointwise:
             continue
         pixel = np.arange(begin, max(begin, end))

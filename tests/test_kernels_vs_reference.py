@@ -118,6 +118,7 @@ def test_conv2d(kernels, seed, kind):
 SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", "tall kernel", "read end gathered",
               "whole pixel tile", "partial pixel tile", "several pixel tiles", "whole channel tile", "partial channel tile",
               "several channel tiles", "epilogue x8", "epilogue scalar", "per tap", "several tiles per chunk", "pointwise",
+              "pointwise, several tiles per chunk",
               "row of windows",
               "contiguous patch", "rows copied", "rows copied, row of windows"}
 # AVX2 only: 7-bit weights shifted, or signed inputs offset (other 7-bit weights) or in the
@@ -139,6 +140,8 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         reached |= kernel_calls.conv2d_paths(per_tap_case(seed), variant)
     for seed in STEM_SEEDS:
         reached |= kernel_calls.conv2d_paths(stem_case(seed), variant)
+    for seed in POINTWISE_SEEDS:
+        reached |= kernel_calls.conv2d_paths(pointwise_case(seed), variant)
     fused = {"epilogue fused x16", "epilogue fused clamped"}
     vnni = {"narrow channel tile", "epilogue fused x32"}
     expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else AVX2_PATHS)
@@ -703,6 +706,42 @@ def stem_case(seed):
             "padding": (pad, pad), "dilation": (1, 1), "out_hw": (oh, ow), "pad_value": 0 if nonnegative else -128,
             "output_zero_point": z_out, "act": random_act(rng, z_out), "nonnegative": nonnegative,
             "pixels": [(0, split), (split, n * oh * ow)], "fill": 0}
+
+
+POINTWISE_SEEDS = range(8)
+
+
+def pointwise_case(seed):
+    """1x1 convolutions at stride 1 on 16-64 channels (MobileNet's expansions and projections),
+    their pixels read in place in chunks of tiles: 8, 16, 32, 80 or 96 output channels (a partial
+    or narrow block, corrected AVX2 pairs, a single block after them), 8-bit or 7-bit weights
+    (the AVX2 offset and shifted forms), signed or non-negative inputs, up to 3 x 9 x 13 pixels
+    (several chunks), split at any pixel into two shares, so that shares and chunks start inside
+    a tile."""
+    rng = np.random.default_rng(3000 + seed)
+    cin = [16, 32, 24, 64, 16, 64, 24, 64][seed]
+    cout = [96, 16, 96, 32, 8, 96, 16, 80][seed]
+    n, h, w = int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(3, 14))
+    nonnegative = seed % 3 == 0
+    multiplier, shift = random_requant(rng, cout, cin)
+    z_out = random_zero_point(rng, output=True)
+    split = int(rng.integers(0, n * h * w + 1))
+    weight = rng.integers(-127, 128, (cout, 1, 1, cin), dtype=np.int8)
+    return {"x": rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8),
+            "weight": np.clip(weight, -64, 64) if seed % 4 == 1 else weight,
+            "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32), "multiplier": multiplier,
+            "shift": np.minimum(shift, 0) if seed != 6 else shift, "groups": 1, "strides": (1, 1),
+            "padding": (0, 0), "dilation": (1, 1), "out_hw": (h, w), "pad_value": 0 if nonnegative else -128,
+            "output_zero_point": z_out, "act": random_act(rng, z_out), "nonnegative": nonnegative,
+            "pixels": [(0, split), (split, n * h * w)], "fill": 0}
+
+
+@pytest.mark.parametrize("seed", POINTWISE_SEEDS)
+def test_conv2d_pointwise(kernels, seed):
+    case = pointwise_case(seed)
+    assert "pointwise" in kernel_calls.conv2d_paths(case, "avx2")
+    expected = assert_matches(kernels, "conv2d", case)
+    assert len(np.unique(expected)) > 3
 
 
 @pytest.mark.parametrize("seed", STEM_SEEDS)
