@@ -170,8 +170,9 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     back to back, copied where the window is inside), signed or unsigned inputs (AVX2: where every
     weight lies in [-64, 64], weights shifted by 64 from 4 channel blocks and 64-byte patches on,
     whatever the inputs, else signed inputs offset by 128; other signed inputs by the sign trick,
-    or in the corrected form from 4 channel blocks) and the epilogue of each channel tile (fused
-    into the tile for whole blocks: 16 channels, and for VNNI also 32; else 8 lanes, or scalar)."""
+    or in the corrected form from 4 channel blocks or 128 bytes of patch times blocks) and the
+    epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for VNNI
+    also 32; else 8 lanes, or scalar)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -197,8 +198,10 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     elif variant == "avx2" and "signed" in paths and seven_bit:
         # other 7-bit weights: a + 128 as unsigned times w, the weight sums taken from the bias
         paths = paths - {"signed"} | {"signed offset"}
-    elif variant == "avx2" and "signed" in paths and cout > 3 * tile_channels:
-        # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick
+    elif variant == "avx2" and "signed" in paths and (cout > 3 * tile_channels or
+                                                      -(-cout // tile_channels) * -(-kh * row // 4) * 4 >= 128):
+        # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick,
+        # on 4 or more channel blocks, or where blocks x patch bytes reach 128
         paths = paths - {"signed"} | {"signed corrected"}
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
