@@ -804,7 +804,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   float* table = (float*)(start + padded_c); /* scale, then the two offsets, padded_c each */
 #if !B8_USE_AVX512VNNI
-  /* The corrected form's patches, a chunk's, split into |a| and the mask of a < 0 (b8_tile_pair). */
+  /* The corrected form's patches, a chunk's, split into |a| and the mask of a < 0 (b8_tile_body,
+   * b8_tile_pair_half). */
   int8_t* split = (int8_t*)(table + 3 * padded_c);
 #endif
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + padded_c, table + 2 * padded_c);
@@ -914,7 +915,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #if !B8_USE_AVX512VNNI
     /* Per pixel, the term of the tile's shifted form (-64 x the sum of the patch's real bytes: a
      * segment's first seg_real, the rest has zero weights) or of its corrected form (the sum of
-     * |a| over every negative byte it reads, while the patch is split for b8_tile_pair). */
+     * |a| over every negative byte it reads, while the patch is split into the |a| and the mask
+     * that its tiles read). */
     if (form == B8_FORM_SHIFTED || corrected)
       for (int32_t t = 0; t < tiles; ++t)
         for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
