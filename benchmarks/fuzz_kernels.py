@@ -254,12 +254,6 @@ def gen_conv2d(rng) -> dict:
     depthwise-shaped grouped, and now and then a patch at the longest the VNNI tile takes signed
     (2^15 bytes)."""
     r = rng.random()
-    if 0.05 <= r < 0.15:
-        in_c, out_c = 4 * int(rng.integers(1, 17)), channels(rng)
-        n, h, w = int(rng.integers(1, 4)), extent(rng, 12, 30), extent(rng, 12, 30)
-        case = {"groups": 1, "n": n, "hw": (h, w), "kernel": (1, 1), "strides": (1, 1), "padding": (0, 0),
-                "dilation": (1, 1), "out_hw": (h, w)}
-        return _conv_rest(rng, case, in_c, weights(rng, (out_c, 1, 1, in_c)), out_c, in_c)
     if r < 0.05:
         kernel = int(rng.choice([3, 7]))
         stride, out_c = int(rng.integers(1, 3)), channels(rng)
@@ -270,6 +264,12 @@ def gen_conv2d(rng) -> dict:
                            out_size(w, kernel // 2, kernel // 2, kernel, stride, 1))}
         weight = weights(rng, (out_c, kernel, kernel, 3))
         return _conv_rest(rng, case, 3, weight, out_c, kernel * kernel * 3)
+    if r < 0.15:
+        in_c, out_c = 4 * int(rng.integers(1, 17)), channels(rng)
+        n, h, w = int(rng.integers(1, 4)), extent(rng, 12, 30), extent(rng, 12, 30)
+        case = {"groups": 1, "n": n, "hw": (h, w), "kernel": (1, 1), "strides": (1, 1), "padding": (0, 0),
+                "dilation": (1, 1), "out_hw": (h, w)}
+        return _conv_rest(rng, case, in_c, weights(rng, (out_c, 1, 1, in_c)), out_c, in_c)
     if r < 0.6:
         groups, group_in, group_out = 1, channels(rng), channels(rng)
     elif r < 0.8:
