@@ -8,10 +8,11 @@
  *  - AVX2 (groups = 1): tiles of 4 output pixels x 16 output channels; vpmaddubsw multiplies
  *    unsigned by signed bytes into int16 pairs and vpmaddwd widens them to int32. Activations
  *    that may be negative multiply as |a|, so that a pair of products cannot saturate int16: by
- *    b with a's sign (the sign trick) on layers of up to 48 channels, else by b ^ (a < 0) plus a
- *    per-pixel correction, which costs fewer instructions on the ports that multiply (b8_tile),
- *    two blocks of 16 channels at a time where they requantize in registers (b8_tile_pair, which
- *    reads the patches split beforehand into |a| and the mask of a < 0).
+ *    b ^ (a < 0) plus a per-pixel correction, which costs fewer instructions on the ports that
+ *    multiply (b8_tile), the patches split beforehand into |a| and the mask of a < 0, two blocks
+ *    of 16 channels at a time where they requantize in registers (b8_tile_pair); layers too
+ *    small to repay the split (one block, or short patches on up to 3) by b with a's sign (the
+ *    sign trick).
  *    Filters of 7-bit weights need neither: on 4 or more channel blocks the packed filter holds
  *    w + 64, the unsigned operand, and the tile takes 64 x the patch's sum off per pixel; on
  *    fewer, a + 128 is the unsigned operand.
@@ -778,7 +779,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   /* Filters packed shifted take b8_tile's shifted form; signed inputs the offset form where the
    * weights are 7-bit, else the corrected form where the channel blocks repay the split of each
    * pixel's patch (b8_split_magnitude): 4 blocks or more, or 128 bytes of patch times blocks (on
-   * Zen 4, 1.1-1.3x the sign trick's speed on MobileNetV2's and SqueezeNet's 1x1 layers of 24-48
+   * Zen 4, 1.1-1.3x the sign trick's speed on MobileNetV2's and SqueezeNet's 1x1 layers of 16-48
    * channels; 0.9x on a 1x1 layer of 32 -> 16 channels and on a 3-channel stem of 32), else the
    * sign trick. */
   const int32_t weight_range = weight_sums[padded_c], blocks = padded_c / B8_TILE_CHANNELS;
