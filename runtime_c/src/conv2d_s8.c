@@ -971,13 +971,14 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           b8_tile(segment[t], segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
                   out + oc0, out_c, count, prefetch);
 #else
+        /* The tile's split patches (b8_split_magnitude), the corrected tiles' one run of depth bytes. */
+        const int8_t* magnitude = split + (int64_t)t * B8_TILE_PIXELS * 2 * depth;
         if (pair) {
-          b8_tile_pair(split + (int64_t)t * B8_TILE_PIXELS * 2 * depth, depth, w, (int64_t)B8_TILE_CHANNELS * depth,
-                       pixel_terms[t], start + oc0, &e, &next, out + oc0, out_c, count);
+          b8_tile_pair(magnitude, depth, w, (int64_t)B8_TILE_CHANNELS * depth, pixel_terms[t], start + oc0, &e, &next,
+                       out + oc0, out_c, count);
           continue;
         }
-        if (corrected) { /* the split patches, a run of depth bytes each (b8_split_magnitude) */
-          const int8_t* magnitude = split + (int64_t)t * B8_TILE_PIXELS * 2 * depth;
+        if (corrected) {
           const int8_t* split_segment[1][B8_TILE_PIXELS] = {
               {magnitude, magnitude + 2 * depth, magnitude + 4 * depth, magnitude + 6 * depth}};
           b8_tile(split_segment, 1, depth, w, form, pixel_terms[t], start + oc0, acc, fused ? &e : NULL, out + oc0,
