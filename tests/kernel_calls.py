@@ -172,7 +172,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     whatever the inputs, else signed inputs offset by 128; other signed inputs by the sign trick,
     or in the corrected form from 4 channel blocks or 128 bytes of patch times blocks) and the
     epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for VNNI
-    also 32; else 8 lanes, or scalar)."""
+    also 32; else 8 lanes, or scalar). VNNI: weights shifted by 128 where channel blocks x patch
+    bytes reach 128, else signed inputs offset by 128."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -191,7 +192,12 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     elif (kw * cin) % 4:
         paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     seven_bit = np.abs(weight.astype(np.int32)).max(initial=0) <= 64
-    if variant == "avx2" and seven_bit and cout > 3 * tile_channels and -(-kh * row // 4) * 4 >= 64:
+    depth = -(-kh * row // 4) * 4
+    if variant == "avx512vnni" and -(-cout // tile_channels) * depth >= 128:
+        # w + 128 as unsigned times a, whatever the inputs, per pixel 128 x the patch's sum taken
+        # off, where channel blocks x patch bytes reach 128
+        paths = paths - {"signed", "unsigned"} | {"shifted weights"}
+    elif variant == "avx2" and seven_bit and cout > 3 * tile_channels and -(-kh * row // 4) * 4 >= 64:
         # 7-bit weights on 4 or more channel blocks and patches of 64 bytes or more, whatever the
         # inputs: w + 64 as unsigned times a, per pixel 64 x the patch's sum taken off
         paths = paths - {"signed", "unsigned"} | {"shifted weights"}

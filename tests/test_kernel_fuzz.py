@@ -92,7 +92,7 @@ def test_sample_reaches_every_conv2d_path(variant):
         for index in range(CONFIGS):
             reached.update(kernel_calls.conv2d_paths(fuzz_kernels.draw("conv2d", rounding, index, SEED), variant))
     fused = {"epilogue fused x16", "epilogue fused clamped"}
-    vnni = {"narrow channel tile", "epilogue fused x32"}
+    vnni = {"narrow channel tile", "epilogue fused x32", "shifted weights"}
     expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else AVX2_PATHS)
     assert expected <= set(reached), expected - set(reached)
 

@@ -143,7 +143,7 @@ def test_conv2d_cases_reach_every_simd_path(variant):
     for seed in POINTWISE_SEEDS:
         reached |= kernel_calls.conv2d_paths(pointwise_case(seed), variant)
     fused = {"epilogue fused x16", "epilogue fused clamped"}
-    vnni = {"narrow channel tile", "epilogue fused x32"}
+    vnni = {"narrow channel tile", "epilogue fused x32", "shifted weights"}
     expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else AVX2_PATHS)
     assert reached == expected, expected ^ reached
 

@@ -18,9 +18,13 @@
  *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
  *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
- *    multiply, pairwise sums and accumulation in one exact instruction. Signed activations use
- *    an offset instead of the sign trick: (a + 128) times b, minus 128 x the channel's weight
- *    sum (stored after the packed filter), exact while the patch is at most 2^15 bytes.
+ *    multiply, pairwise sums and accumulation in one exact instruction, whose first operand is
+ *    unsigned. Where channel blocks x patch bytes reach 128 the packed filter holds w + 128, the
+ *    unsigned operand, against the activations as they are, and the tile takes 128 x the patch's
+ *    sum off per pixel: a step is then the broadcast and the multiplications alone. Smaller
+ *    filters multiply a + 128 (signed inputs) as the unsigned operand by w, less 128 x the
+ *    channel's weight sum (stored after the packed filter). Exact while the patch is at most
+ *    2^15 bytes.
  * In both SIMD paths the accumulators start from the bias; a kernel row is padded to whole
  * 4-byte steps (zero weights) so that the tiles read it in place in the input whatever the
  * channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in the tile's
@@ -130,10 +134,16 @@ enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 /* Kernel rows or taps read in place (taller kernels gather); tiles located at once; the weight
  * bytes above which channel blocks run over chunks of tiles. */
 enum { B8_MAX_SEGMENTS = 16, B8_CHUNK_TILES = 8, B8_CHUNK_WEIGHT_BYTES = 256 * 1024 };
-/* The packed filter's last int32 when every weight lies in [-64, 64] (b8_conv2d_s8_pack_filter):
- * the weights as they are, or (AVX2 build, more than 3 blocks of channels, patches of 64 bytes
- * or more) w + 64 for b8_tile_body's shifted form. */
+/* The packed filter's last int32 (b8_conv2d_s8_pack_filter): B8_WEIGHTS_SHIFTED for weights
+ * packed shifted, w + 64 (AVX2 build: every weight in [-64, 64], more than 3 blocks of channels,
+ * patches of 64 bytes or more) or w + 128 (VNNI build: blocks x patch bytes of at least
+ * B8_VNNI_SHIFTED_MIN), for b8_tile_body's shifted form; else B8_WEIGHTS_7BIT where every weight
+ * lies in [-64, 64], the weights as they are. */
 enum { B8_WEIGHTS_7BIT = 0x37626974, B8_WEIGHTS_SHIFTED = 0x73686674 };
+/* The VNNI tiles' shifted form saves an xor per pixel and step and costs a sum per pixel, shared
+ * by the channel blocks: on Intel (Sapphire Rapids class) 1x1 layers of 16-64 bytes on 1-3 blocks
+ * ran 0.76-0.90x shifted, 96-144 bytes on one block 1.0x, 3x3 layers 1.2-1.3x. */
+enum { B8_VNNI_SHIFTED_MIN = 128 };
 
 static int32_t b8_round_up(int32_t value, int32_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -241,6 +251,20 @@ B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha,
   return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
 }
 
+/* The sum of pixel p's patch: of its `segments` runs of n bytes (segment[s][p]), by vpdpbusd of
+ * ones 64 bytes at a time, the bytes past a run's end masked (not read). */
+static int32_t b8_patch_sum(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t p, int32_t n) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i sums = _mm512_setzero_si512();
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t* run = segment[s][p];
+    int32_t i = 0;
+    for (; i + 64 <= n; i += 64) sums = _mm512_dpbusd_epi32(sums, ones, _mm512_loadu_si512((const void*)(run + i)));
+    if (i < n) sums = _mm512_dpbusd_epi32(sums, ones, _mm512_maskz_loadu_epi8((1ull << (n - i)) - 1, run + i));
+  }
+  return _mm512_reduce_add_epi32(sums);
+}
+
 /* The tiles' loop over the patch: per segment (`run` bytes of each pixel's patch at
  * segment[s][p]), steps of 4 bytes two at a time, each the tile's B8_STEPS(k, w) for the bytes at
  * k and the weights at w; one line of the next weights prefetched per iteration. */
@@ -259,30 +283,52 @@ B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha,
     }                                                                 \
   }
 
+/* One step's products of the VNNI tiles, x (4 bytes of a pixel's patch, broadcast) times wv (4
+ * weights for each of 16 channels), into acc: the weights shifted by 128 as vpdpbusd's unsigned
+ * operand, the activations as they are its signed one; or, unshifted (`shifted` 0), the
+ * activations xor `flip` (a + 128 where they may be negative) as the unsigned operand. */
+#define B8_VNNI_MAC(acc, wv, x) \
+  (shifted ? _mm512_dpbusd_epi32(acc, wv, x) : _mm512_dpbusd_epi32(acc, _mm512_xor_si512(x, flip), wv))
+
 /* acc[p][oc] for `pixels` (at most 8; a constant where inlined) pixels x 32 channels, w packed as
  * [depth / 4][32][4]: two 512-bit vectors of 16 channels x 4 bytes per step, reused by all the
- * pixels (up to 16 accumulators of the 32 registers), which start from the bias. Each pixel's patch is read as `segments` runs of `run` bytes:
+ * pixels (up to 16 accumulators of the 32 registers). Shifted weights (w + 128: `shifted`, a
+ * constant where inlined) start the accumulators from the bias plus the pixel's term, -128 x the
+ * sum of its patch (terms[p]); unshifted ones from the bias (less 128 x the weight sums for
+ * signed inputs). Each pixel's patch is read as `segments` runs of `run` bytes:
  * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
  * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
  * them in acc. */
 B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                            const int8_t* w, int nonnegative, const int32_t* bias,
+                            const int8_t* w, int nonnegative, const int32_t* terms, const int32_t* bias,
                             int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
-                            int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch, const int pixels) {
+                            int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch, const int pixels,
+                            const int shifted) {
   const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
-  __m512i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
-  __m512i a40 = b0, a41 = b1, a50 = b0, a51 = b1, a60 = b0, a61 = b1, a70 = b0, a71 = b1;
-  /* Two steps per iteration, and no test of the sign inside: signed inputs flip their sign bits
-   * (a + 128, as unsigned), unsigned ones xor zero, one instruction with the broadcast either way
-   * (the loop's bookkeeping and a test would take issue slots the multiplications need). */
+#define B8_START(p, acc0, acc1)                                                    \
+  const __m512i term##p = shifted ? _mm512_set1_epi32(terms[p]) : _mm512_setzero_si512(); \
+  __m512i acc0 = _mm512_add_epi32(b0, term##p), acc1 = _mm512_add_epi32(b1, term##p)
+  B8_START(0, a00, a01);
+  B8_START(1, a10, a11);
+  B8_START(2, a20, a21);
+  B8_START(3, a30, a31);
+  B8_START(4, a40, a41);
+  B8_START(5, a50, a51);
+  B8_START(6, a60, a61);
+  B8_START(7, a70, a71);
+#undef B8_START
+  /* Two steps per iteration, and no test of the sign inside. With shifted weights a step per
+   * pixel is a broadcast, which is a load, and the two multiplications: nothing else on the ports
+   * that multiply (Intel's cores have two for 512-bit vectors, where the xor of the unshifted form
+   * held ResNet-18's 3x3 layers at half the peak). */
 #define B8_STEP(pixel, acc0, acc1, kk)                \
   do {                                                \
     int32_t quad;                                     \
     memcpy(&quad, (pixel) + (kk), 4);                 \
-    const __m512i x = _mm512_xor_si512(_mm512_set1_epi32(quad), flip); \
-    acc0 = _mm512_dpbusd_epi32(acc0, x, w0);          \
-    acc1 = _mm512_dpbusd_epi32(acc1, x, w1);          \
+    const __m512i x = _mm512_set1_epi32(quad);        \
+    acc0 = B8_VNNI_MAC(acc0, w0, x);                  \
+    acc1 = B8_VNNI_MAC(acc1, w1, x);                  \
   } while (0)
 #define B8_STEPS(kk, wk)                                              \
   do {                                                                \
@@ -336,18 +382,21 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
  * output channels): only the first vector of each step, half the work. With `e` (exactly 16
  * channels), four pixels per 64 bytes of output. */
 B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                                   const int8_t* w, int nonnegative, const int32_t* bias,
+                                   const int8_t* w, int nonnegative, const int32_t* terms, const int32_t* bias,
                                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
                                    int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch,
-                                   const int pixels) {
+                                   const int pixels, const int shifted) {
   const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias);
-  __m512i a0 = b0, a1 = b0, a2 = b0, a3 = b0, a4 = b0, a5 = b0, a6 = b0, a7 = b0;
-#define B8_STEP(pixel, acc0, kk)                                                   \
-  do {                                                                             \
-    int32_t quad;                                                                  \
-    memcpy(&quad, (pixel) + (kk), 4);                                              \
-    acc0 = _mm512_dpbusd_epi32(acc0, _mm512_xor_si512(_mm512_set1_epi32(quad), flip), w0); \
+#define B8_START(p) (shifted ? _mm512_add_epi32(b0, _mm512_set1_epi32(terms[p])) : b0)
+  __m512i a0 = B8_START(0), a1 = B8_START(1), a2 = B8_START(2), a3 = B8_START(3);
+  __m512i a4 = B8_START(4), a5 = B8_START(5), a6 = B8_START(6), a7 = B8_START(7);
+#undef B8_START
+#define B8_STEP(pixel, acc0, kk)                                   \
+  do {                                                             \
+    int32_t quad;                                                  \
+    memcpy(&quad, (pixel) + (kk), 4);                              \
+    acc0 = B8_VNNI_MAC(acc0, w0, _mm512_set1_epi32(quad));         \
   } while (0)
 #define B8_STEPS(kk, wk)                                        \
   do {                                                          \
@@ -395,28 +444,32 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
  * of a tile rather than a whole one (more sizes cost compile time of every model for little). */
 #define B8_TILE_PARAMS                                                                               \
   const int8_t *(*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t *w,         \
-      int nonnegative, const int32_t *bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],          \
+      int nonnegative, const int32_t *terms, const int32_t *bias,                                   \
+      int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],                                                 \
       const b8_block_epilogue *e, int8_t *out, int32_t stride, int32_t count, const int8_t *prefetch
-#define B8_TILE_PASS segment, segments, run, w, nonnegative, bias, acc, e, out, stride, count, prefetch
+#define B8_TILE_PASS segment, segments, run, w, nonnegative, terms, bias, acc, e, out, stride, count, prefetch
 #define B8_TILE_ARGS(pixels) B8_TILE_PASS, pixels
-#define B8_TILE_DISPATCH(name, body)                                                                 \
-  static void name##_full(B8_TILE_PARAMS) { body(B8_TILE_ARGS(8)); }                                \
+#define B8_TILE_DISPATCH(name, body, shifted)                                                        \
+  static void name##_full(B8_TILE_PARAMS) { body(B8_TILE_ARGS(8), shifted); }                       \
   static __attribute__((noinline)) void name##_part(B8_TILE_PARAMS) {                               \
-    if (count == 1) body(B8_TILE_ARGS(1));                                                           \
-    else if (count == 2) body(B8_TILE_ARGS(2));                                                      \
-    else body(B8_TILE_ARGS(4));                                                                      \
+    if (count == 1) body(B8_TILE_ARGS(1), shifted);                                                  \
+    else if (count == 2) body(B8_TILE_ARGS(2), shifted);                                             \
+    else body(B8_TILE_ARGS(4), shifted);                                                             \
   }                                                                                                  \
   B8_INLINE void name(B8_TILE_PARAMS) {                                                              \
     if (count > 4) name##_full(B8_TILE_PASS);                                                        \
     else name##_part(B8_TILE_PASS);                                                                  \
   }
-B8_TILE_DISPATCH(b8_tile, b8_tile_body)
-B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body)
+B8_TILE_DISPATCH(b8_tile, b8_tile_body, 0)
+B8_TILE_DISPATCH(b8_tile_shifted, b8_tile_body, 1)
+B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body, 0)
+B8_TILE_DISPATCH(b8_tile_narrow_shifted, b8_tile_narrow_body, 1)
 #undef B8_TILE_DISPATCH
 #undef B8_TILE_ARGS
 #undef B8_TILE_PASS
 #undef B8_TILE_PARAMS
 #undef B8_TILE_LOOP
+#undef B8_VNNI_MAC
 #else
 /* The requantization of one block of 16 channels, loaded once per tile: the estimate's from the
  * call's table, the exact path's from quant (the one place where the AVX2 tile reads
@@ -512,9 +565,8 @@ static __m128i b8_split_magnitude(const int8_t* x, int32_t n, int8_t* magnitude,
   return sums;
 }
 
-/* Adds to the two 64-bit lanes of `sums` the sum of a + 128 over the bytes a of x[0 .. n): the
- * shifted form's term (b8_tile_body) for one run of a patch. Bytes up to the next multiple of 4
- * are read (a segment's seg_len), those past n masked. */
+/* Adds to the two 64-bit lanes of `sums` the sum of a + 128 over the bytes a of x[0 .. n). Bytes
+ * up to the next multiple of 4 are read (a segment's seg_len), those past n masked. */
 static __m128i b8_offset_sum(const int8_t* x, int32_t n, __m128i sums) {
   const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
   int32_t i = 0;
@@ -537,6 +589,14 @@ static __m128i b8_offset_sum(const int8_t* x, int32_t n, __m128i sums) {
     sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_cvtsi32_si128((int32_t)quad), zero16));
   }
   return sums;
+}
+
+/* The sum of pixel p's patch: of its `segments` runs of n bytes (segment[s][p]), for the shifted
+ * form's term. */
+static int32_t b8_patch_sum(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t p, int32_t n) {
+  __m128i sums = _mm_setzero_si128();
+  for (int32_t s = 0; s < segments; ++s) sums = b8_offset_sum(segment[s][p], n, sums);
+  return (int32_t)(_mm_cvtsi128_si64(sums) + _mm_extract_epi64(sums, 1) - 128 * (int64_t)segments * n);
 }
 
 /* How the AVX2 tile multiplies: filters of 7-bit weights packed shifted (more than 3 channel
@@ -773,8 +833,18 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int8_t* segment[B8_CHUNK_TILES][B8_MAX_SEGMENTS][B8_TILE_PIXELS];
   const int32_t padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
   const int32_t* weight_sums = (const int32_t*)(packed + (int64_t)padded_c * depth);
+  /* Per pixel of a chunk, the term that its tiles' accumulators start from (tiles of shifted
+   * weights, the AVX2 corrected form). */
+  int32_t pixel_terms[B8_CHUNK_TILES][B8_TILE_PIXELS];
+  /* A segment's bytes that the filter weighs (the rest of seg_len has zero weights). */
+  const int32_t seg_real = per_tap ? in_c : per_row ? k_w * in_c : contiguous ? k_h * k_w * in_c : depth;
+  const int32_t weight_range = weight_sums[padded_c];
 #if B8_USE_AVX512VNNI
-  const int offset = !input_nonnegative;
+  /* Weights packed shifted (b8_tile_body) take a term per pixel; unshifted ones on signed inputs
+   * the offset a + 128. */
+  const int shifted = weight_range == B8_WEIGHTS_SHIFTED, corrected = 0;
+  const int32_t shift = shifted ? 128 : 0;
+  const int offset = !shifted && !input_nonnegative;
 #else
   /* Filters packed shifted take b8_tile's shifted form; signed inputs the offset form where the
    * weights are 7-bit, else the corrected form where the channel blocks repay the split of each
@@ -782,15 +852,13 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * Zen 4, 1.1-1.3x the sign trick's speed on MobileNetV2's and SqueezeNet's 1x1 layers of 16-48
    * channels; 0.9x on a 1x1 layer of 32 -> 16 channels and on a 3-channel stem of 32), else the
    * sign trick. */
-  const int32_t weight_range = weight_sums[padded_c], blocks = padded_c / B8_TILE_CHANNELS;
+  const int32_t blocks = padded_c / B8_TILE_CHANNELS;
   const int offset = !input_nonnegative && weight_range == B8_WEIGHTS_7BIT && depth <= (1 << 15);
   const b8_sign_form form = weight_range == B8_WEIGHTS_SHIFTED ? B8_FORM_SHIFTED
                             : input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
                             : blocks > 3 || blocks * depth >= 128 ? B8_FORM_CORRECTED : B8_FORM_SIGN;
   const int corrected = form == B8_FORM_CORRECTED;
-  int32_t pixel_terms[B8_CHUNK_TILES][B8_TILE_PIXELS]; /* the shifted and corrected forms' */
-  /* A segment's bytes that the filter weighs (the rest of seg_len has zero weights). */
-  const int32_t seg_real = per_tap ? in_c : per_row ? k_w * in_c : contiguous ? k_h * k_w * in_c : depth;
+  const int32_t shift = form == B8_FORM_SHIFTED ? 64 : 0;
 #endif
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (the offset forms: less 128 x the weight sum). */
@@ -913,26 +981,27 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         }
       }
     }
-#if !B8_USE_AVX512VNNI
-    /* Per pixel, the term of the tile's shifted form (-64 x the sum of the patch's real bytes: a
-     * segment's first seg_real, the rest has zero weights) or of its corrected form (the sum of
-     * |a| over every negative byte it reads, while the patch is split into the |a| and the mask
-     * that its tiles read). */
-    if (form == B8_FORM_SHIFTED || corrected)
+    /* Per pixel, the term of tiles of shifted weights (-shift x the sum of the patch's real
+     * bytes: a segment's first seg_real, the rest has zero weights) or of the AVX2 corrected form
+     * (the sum of |a| over every negative byte it reads, while the patch is split into the |a| and
+     * the mask that its tiles read). */
+    if (shift || corrected)
       for (int32_t t = 0; t < tiles; ++t)
         for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
-          __m128i sums = _mm_setzero_si128();
-          int8_t* magnitude = split + (int64_t)(t * B8_TILE_PIXELS + p) * 2 * depth;
-          for (int32_t s = 0; s < segments; ++s)
-            sums = corrected ? b8_split_magnitude(segment[t][s][p], seg_len, magnitude + s * seg_len,
-                                                  magnitude + depth + s * seg_len, sums)
-                             : b8_offset_sum(segment[t][s][p], seg_real, sums);
-          const int64_t total = _mm_cvtsi128_si64(sums) + _mm_extract_epi64(sums, 1);
-          /* shifted: total is the sum of a + 128 over segments x seg_real bytes */
-          pixel_terms[t][p] =
-              (int32_t)(corrected ? total : -64 * (total - 128 * (int64_t)segments * seg_real));
-        }
+#if !B8_USE_AVX512VNNI
+          if (corrected) {
+            __m128i sums = _mm_setzero_si128();
+            int8_t* magnitude = split + (int64_t)(t * B8_TILE_PIXELS + p) * 2 * depth;
+            for (int32_t s = 0; s < segments; ++s)
+              sums = b8_split_magnitude(segment[t][s][p], seg_len, magnitude + s * seg_len,
+                                        magnitude + depth + s * seg_len, sums);
+            pixel_terms[t][p] = (int32_t)(_mm_cvtsi128_si64(sums) + _mm_extract_epi64(sums, 1));
+            continue;
+          }
 #endif
+          /* within int32 for patches of up to 2^15 bytes */
+          pixel_terms[t][p] = -shift * b8_patch_sum(segment[t], segments, p, seg_real);
+        }
     for (int32_t oc0 = 0, step; oc0 < out_c; oc0 += step) {
       const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
       step = B8_TILE_CHANNELS;
@@ -964,12 +1033,17 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
          * line of them per four lines of its own), so that they do not come from memory at the
          * pace of the multiplications. */
         const int8_t* prefetch = per_tap ? w + (int64_t)(4 + t) * B8_TILE_CHANNELS * depth / 4 : w;
-        if (channels <= 16)
-          b8_tile_narrow(segment[t], segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
-                         out + oc0, out_c, count, prefetch);
-        else
-          b8_tile(segment[t], segments, seg_len, w, input_nonnegative, start + oc0, acc, fused ? &e : NULL,
-                  out + oc0, out_c, count, prefetch);
+#define B8_VNNI_TILE(tile) \
+  tile(segment[t], segments, seg_len, w, input_nonnegative, pixel_terms[t], start + oc0, acc, fused ? &e : NULL, \
+       out + oc0, out_c, count, prefetch)
+        if (channels <= 16) {
+          if (shifted) B8_VNNI_TILE(b8_tile_narrow_shifted);
+          else B8_VNNI_TILE(b8_tile_narrow);
+        } else {
+          if (shifted) B8_VNNI_TILE(b8_tile_shifted);
+          else B8_VNNI_TILE(b8_tile);
+        }
+#undef B8_VNNI_TILE
 #else
         /* The tile's split patches (b8_split_magnitude), the corrected tiles' one run of depth bytes. */
         const int8_t* magnitude = split + (int64_t)t * B8_TILE_PIXELS * 2 * depth;
@@ -1067,13 +1141,14 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
       }
       sums[oc] = sum;
     }
-    /* The shifted form's per-pixel term pays where at least 4 channel blocks share it over a
-     * patch of 64 bytes or more; elsewhere the offset form's xor per step costs less (on Zen 4:
-     * a 3x3 stem on 3 channels, 64 of them, ran 0.91x shifted; 3x3 layers of 64-512 channels
+    /* The shifted form's per-pixel term pays where enough channel blocks share it over a long
+     * enough patch; elsewhere the offset form's xor per step costs less (AVX2 on Zen 4: a 3x3
+     * stem on 3 channels, 64 of them, ran 0.91x shifted; 3x3 layers of 64-512 channels
      * 1.01-1.04x). */
-    const int shifted = !B8_USE_AVX512VNNI && narrow && blocks > 3 && depth >= 64;
+    const int shifted = B8_USE_AVX512VNNI ? blocks * depth >= B8_VNNI_SHIFTED_MIN
+                                          : narrow && blocks > 3 && depth >= 64;
     sums[blocks * t] = shifted ? B8_WEIGHTS_SHIFTED : narrow ? B8_WEIGHTS_7BIT : 0;
-    const int32_t shift = shifted ? 64 : 0;
+    const int32_t shift = !shifted ? 0 : B8_USE_AVX512VNNI ? 128 : 64;
     memset(packed, 0, (size_t)blocks * t * depth);
     for (int32_t oc = 0; oc < filter_dims->n; ++oc)
       for (int32_t k = 0; k < patch; ++k) {
@@ -1096,9 +1171,9 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               int8_t* scratch) {
   if (b8_conv2d_check(conv, input_dims, filter_dims, output_dims) != B8_OK) return B8_ERROR_ARGUMENT;
 #if B8_USE_AVX512VNNI
-  /* The offset for signed inputs is exact for patches up to 2^15 bytes (the quantizer's limit). */
-  if (!input_nonnegative && filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15))
-    return B8_ERROR_ARGUMENT;
+  /* The shifted weights' products and terms stay within int32 for patches up to 2^15 bytes (the
+   * quantizer's limit). */
+  if (filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15)) return B8_ERROR_ARGUMENT;
 #endif
 #if B8_USE_AVX2
   /* Padded taps are read too: they must be non-negative as well to skip the sign handling. */
