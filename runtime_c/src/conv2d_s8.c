@@ -306,17 +306,11 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
                             const int shifted) {
   const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
-#define B8_START(p, acc0, acc1)                                                    \
-  const __m512i term##p = shifted ? _mm512_set1_epi32(terms[p]) : _mm512_setzero_si512(); \
-  __m512i acc0 = _mm512_add_epi32(b0, term##p), acc1 = _mm512_add_epi32(b1, term##p)
-  B8_START(0, a00, a01);
-  B8_START(1, a10, a11);
-  B8_START(2, a20, a21);
-  B8_START(3, a30, a31);
-  B8_START(4, a40, a41);
-  B8_START(5, a50, a51);
-  B8_START(6, a60, a61);
-  B8_START(7, a70, a71);
+#define B8_START(b, p) (shifted ? _mm512_add_epi32(b, _mm512_set1_epi32(terms[p])) : b)
+  __m512i a00 = B8_START(b0, 0), a01 = B8_START(b1, 0), a10 = B8_START(b0, 1), a11 = B8_START(b1, 1);
+  __m512i a20 = B8_START(b0, 2), a21 = B8_START(b1, 2), a30 = B8_START(b0, 3), a31 = B8_START(b1, 3);
+  __m512i a40 = B8_START(b0, 4), a41 = B8_START(b1, 4), a50 = B8_START(b0, 5), a51 = B8_START(b1, 5);
+  __m512i a60 = B8_START(b0, 6), a61 = B8_START(b1, 6), a70 = B8_START(b0, 7), a71 = B8_START(b1, 7);
 #undef B8_START
   /* Two steps per iteration, and no test of the sign inside. With shifted weights a step per
    * pixel is a broadcast, which is a load, and the two multiplications: nothing else on the ports
