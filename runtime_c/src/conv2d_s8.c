@@ -25,11 +25,12 @@
  *    filters multiply a + 128 (signed inputs) as the unsigned operand by w, less 128 x the
  *    channel's weight sum (stored after the packed filter). Exact while the patch is at most
  *    2^15 bytes.
- * In both SIMD paths the accumulators start from the bias; a kernel row is padded to whole
- * 4-byte steps (zero weights) so that the tiles read it in place in the input whatever the
- * channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in the tile's
- * registers and pack several pixels to bytes at once, since with short patches (1x1 convolutions
- * on few channels, 3-channel stems) the requantization costs as much as the multiplications.
+ * In both SIMD paths the accumulators start from the bias (and the pixel's term); a kernel row
+ * is padded to whole 4-byte steps (zero weights) so that the tiles read it in place in the input
+ * whatever the channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in
+ * the tile's registers and pack several pixels to bytes at once, since with short patches (1x1
+ * convolutions on few channels, 3-channel stems) the requantization costs as much as the
+ * multiplications.
  * Large filters (deep layers: a 3x3 on 512 channels has 2.4 MB) are read per tap in place, and
  * each channel block runs over a chunk of tiles (with VNNI, prefetching the next block), so that the
  * weights come from memory once per chunk, ahead of their use; a share's last tile has code for
@@ -610,7 +611,7 @@ typedef enum { B8_FORM_UNSIGNED, B8_FORM_SHIFTED, B8_FORM_OFFSET, B8_FORM_SIGN, 
  *    and the tile adds, per pixel, -64 x the sum of the patch's bytes (pixel_terms[p],
  *    b8_offset_sum). The loop is the unsigned one: nothing is done to the input per step;
  *  - offset, other filters of 7-bit weights: a + 128 as unsigned times w, as the VNNI tiles do
- *    (the accumulators start from the bias less 128 x the channel's weight sum), a pair of
+ *    on small filters (the accumulators start from the bias less 128 x the channel's weight sum), a pair of
  *    products in [-32640, 32640]: the unsigned loop plus one xor per pixel and step, which costs
  *    less than the shifted form's term where few channel blocks share it;
  *  - the sign trick: |a| times b with a's sign (vpsignb), at most 128 x 127 per product;
