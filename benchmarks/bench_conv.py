@@ -65,6 +65,13 @@ def layer_shapes(model: str) -> list[tuple]:
     return [(*k, n) for k, n in shapes.items()]
 
 
+def aligned_zeros(size: int, alignment: int = 64) -> np.ndarray:
+    """`size` zero bytes whose first lies on an `alignment`-byte boundary."""
+    raw = np.zeros(size + alignment, np.int8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + size]
+
+
 class Layer:
     def __init__(self, shape, rng, symmetric: bool, weight_max: int = 127):
         h, w, cin, cout, kh, kw, stride, pad, first, self.count = shape
@@ -91,7 +98,9 @@ class Layer:
 
     def prepare(self, lib):
         in_dims, filter_dims, _ = self.dims
-        packed = np.zeros(lib.b8_conv2d_s8_packed_size(filter_dims, 1), np.int8)
+        # 64-byte aligned, as the generated model allocates it (runtime_c/tvm/tvm_adapter.c): a
+        # 512-bit load of weights across two cache lines costs more.
+        packed = aligned_zeros(lib.b8_conv2d_s8_packed_size(filter_dims, 1))
         lib.b8_conv2d_s8_pack_filter(filter_dims, 1, ptr(self.weight, i8), ptr(packed, i8))
         scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
         # The arguments converted once: ctypes conversions per call would cost as much as a
