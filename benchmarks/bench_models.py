@@ -3,7 +3,7 @@
     pip install -e '.[bench]'      # onnxruntime, onnx (without them their rows are left out)
     python benchmarks/bench_models.py [--models resnet18,mobilenet_v2] [--threads 1,2]
         [--blocks 5] [--runs 10] [--simd avx2] [--portable] [--batch 1] [--calib 16] [--weight-bits 8,7]
-        [--ort-isa avx2]
+        [--ort-isa avx2|avxvnni]
 
 Models: torchvision networks with random weights and randomized batch-norm statistics (as
 ``benchmarks/coverage.py`` builds them), standard-normal inputs. Systems: byoc-int8 with each
@@ -14,7 +14,8 @@ FX int8 (x86 backend; "n/a" and the reason where it does not quantize the model)
 eager fp32.
 All of them calibrate on the same ``--calib`` inputs. ``--ort-isa avx2`` runs ONNX Runtime on its
 AVX2 int8 kernels on a CPU with AVX-512 VNNI (``benchmarks/ort_isa.py`` hides AVX-512 and VNNI
-from its CPUID), against byoc-int8's builds but the AVX-512 one: the AVX2 comparison on one CPU.
+from its CPUID), against byoc-int8's AVX2 build: the AVX2 comparison on one CPU. ``--ort-isa
+avxvnni`` hides AVX-512 only (a CPU with AVX-VNNI), against byoc-int8's AVX-VNNI and AVX2 builds.
 
 Measurement: every (system, thread count) runs once per block, the blocks round-robin over them
 (the order rotated each block) so that a slow phase of the machine hits every system alike; per
@@ -48,7 +49,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,squeezenet1_1"
-BUILDS = ("avx512vnni", "avx2", "portable")  # byoc-int8 kernel builds, fastest first
+BUILDS = ("avx512vnni", "avxvnni", "avx2", "portable")  # byoc-int8 kernel builds, fastest first
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni")
 
 
@@ -393,9 +394,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="images per run (default 1)")
     parser.add_argument("--calib", type=int, default=16, help="calibration inputs (default 16)")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
-    parser.add_argument("--ort-isa", choices=("native", "avx2"), default="native",
+    parser.add_argument("--ort-isa", choices=("native", "avx2", "avxvnni"), default="native",
                         help="avx2: ONNX Runtime sees a CPU without AVX-512 and VNNI and runs its AVX2 int8 "
-                             "kernels (benchmarks/ort_isa.py); byoc-int8 runs its builds but avx512vnni")
+                             "kernels (benchmarks/ort_isa.py), byoc-int8 its AVX2 build; avxvnni: AVX-512 hidden "
+                             "only (ONNX Runtime's AVX-VNNI kernels), byoc-int8's AVX-VNNI and AVX2 builds")
     parser.add_argument("--weight-bits", default="8",
                         help="byoc-int8 weight widths to run each build with, comma-separated: 8 (the default), "
                              "7 (rows 'w7': the AVX2 kernels' fast path, one bit of weight precision less)")
@@ -414,15 +416,15 @@ def main() -> None:
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
     ALL_CPUS.update(allowed_cpus())
     hidden_isa = None
-    if args.ort_isa == "avx2":
+    if args.ort_isa != "native":
         import ort_isa
 
         try:
-            hidden_isa = ort_isa.import_onnxruntime_avx2()
+            hidden_isa = ort_isa.import_onnxruntime_avx2(keep_avx_vnni=args.ort_isa == "avxvnni")
         except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as err:
             # no cc or objdump, no onnxruntime, or a library unlike 1.32's
             detail = (getattr(err, "stderr", None) or "").strip().splitlines()
-            parser.error(f"--ort-isa avx2: {err}" + (f" ({detail[-1]})" if detail else ""))
+            parser.error(f"--ort-isa {args.ort_isa}: {err}" + (f" ({detail[-1]})" if detail else ""))
 
     import torch
 
@@ -442,9 +444,11 @@ def main() -> None:
             print(f"byoc-int8 {b}: this CPU lacks {', '.join(sorted(SIMD_FLAGS[b] - flags))}; not run")
         builds = [b for b in builds if b in runnable]
     else:
-        builds = [b for b in runnable if (b != "portable" or args.portable) and not (hidden_isa and b == "avx512vnni")]
-    best_isa = next((isa for isa in ("avx512vnni", "avx2") if SIMD_FLAGS[isa] <= flags), None)
-    ort_isa_name = "avx2" if hidden_isa and "avx2" in flags else best_isa  # the ISA of ONNX Runtime's kernels
+        # With ONNX Runtime on its AVX2 (or AVX-VNNI) kernels, byoc-int8's builds of those ISAs.
+        hidden = {"native": (), "avx2": ("avx512vnni", "avxvnni"), "avxvnni": ("avx512vnni",)}[args.ort_isa]
+        builds = [b for b in runnable if (b != "portable" or args.portable) and b not in hidden]
+    best_isa = next((isa for isa in ("avx512vnni", "avxvnni", "avx2") if SIMD_FLAGS[isa] <= flags), None)
+    ort_isa_name = args.ort_isa if hidden_isa else best_isa  # the ISA of ONNX Runtime's kernels
 
     print("# byoc-int8 vs ONNX Runtime vs PyTorch\n")
     print(f"CPU: {model_name}; {len(ALL_CPUS)} CPUs allowed of {os.cpu_count()}; int8 ISA flags: "
@@ -457,8 +461,9 @@ def main() -> None:
     except ImportError:
         ort_version = "not installed (pip install -e '.[bench]'): its rows are left out"
     if hidden_isa:
-        print(f"ONNX Runtime sees no AVX-512 / VNNI: {hidden_isa.patched} cpuid instructions of its library "
-              "patched, answered by benchmarks/cpuid_avx2.c (benchmarks/ort_isa.py); it runs its AVX2 int8 kernels")
+        seen = "no AVX-512 / VNNI" if args.ort_isa == "avx2" else "no AVX-512 (AVX-VNNI kept)"
+        print(f"ONNX Runtime sees {seen}: {hidden_isa.patched} cpuid instructions of its library patched, "
+              f"answered by benchmarks/cpuid_avx2.c (benchmarks/ort_isa.py); it runs its {args.ort_isa} int8 kernels")
     print(f"versions: onnxruntime {ort_version}, torch {torch.__version__}, batch {args.batch}, "
           f"threads {','.join(map(str, threads))}, {args.blocks} blocks x {args.runs} runs\n")
 
@@ -550,10 +555,11 @@ def main() -> None:
           f"the best int8 ISA here ({best_isa}), which their kernels dispatch to; '-' for float and the "
           "portable build.")
     if hidden_isa:
-        print(f"- ONNX Runtime ran with AVX-512 and VNNI hidden from its CPUID ({hidden_isa.answered()} CPUID "
-              "queries answered): its AVX2 int8 kernels, whose u8 x s8 pairs saturate at int16 (byoc-int8's "
-              "AVX2 build is exact). PyTorch saw the whole CPU. The same instructions run on this CPU's cores, "
-              "not on an AVX2-only CPU's.")
+        kernels = ("its AVX2 int8 kernels, whose u8 x s8 pairs saturate at int16 (byoc-int8's AVX2 build is exact)"
+                   if args.ort_isa == "avx2" else "its AVX-VNNI int8 kernels")
+        print(f"- ONNX Runtime ran with {'AVX-512 and VNNI' if args.ort_isa == 'avx2' else 'AVX-512'} hidden from "
+              f"its CPUID ({hidden_isa.answered()} CPUID queries answered): {kernels}. PyTorch saw the whole CPU. "
+              "The same instructions run on this CPU's cores, not on a CPU of those ISAs alone.")
     print(f"- Threads: byoc-int8 through TVM's pool (TVM_NUM_THREADS={max(threads)} sizes it; "
           "runtime.config_threadpool(1, n) before each block; TVM_BIND_THREADS="
           f"{os.environ.get('TVM_BIND_THREADS', '1')}: 0, byoc_int8's default, leaves its workers unpinned); "

@@ -29,6 +29,7 @@ static const uint32_t LEAF7_1_EAX_HIDDEN = BIT(4) | BIT(5) | BIT(23);
 static const uint32_t LEAF7_1_EDX_HIDDEN = BIT(4) | BIT(5) | BIT(10);
 
 static volatile sig_atomic_t answered; /* CPUID instructions emulated so far */
+static volatile sig_atomic_t keep_avx_vnni; /* leave AVX-VNNI visible (cpuid_avx2_keep_avx_vnni) */
 
 static void on_sigtrap(int sig, siginfo_t* info, void* context) {
   (void)info;
@@ -46,7 +47,7 @@ static void on_sigtrap(int sig, siginfo_t* info, void* context) {
     ecx &= ~LEAF7_ECX_HIDDEN;
     edx &= ~LEAF7_EDX_HIDDEN;
   } else if (leaf == 7 && subleaf == 1) {
-    eax &= ~LEAF7_1_EAX_HIDDEN;
+    eax &= ~(LEAF7_1_EAX_HIDDEN & ~(keep_avx_vnni ? BIT(4) : 0u));
     edx &= ~LEAF7_1_EDX_HIDDEN;
   }
   /* CPUID writes the 32-bit registers, which zeroes the upper halves. */
@@ -67,6 +68,10 @@ int cpuid_avx2_install(void) {
   sigemptyset(&action.sa_mask);
   return sigaction(SIGTRAP, &action, NULL);
 }
+
+/* With `keep` non-zero, the answers keep AVX-VNNI (256-bit VNNI: a CPU of AVX2 and AVX-VNNI
+ * without AVX-512, as Intel's client cores since Alder Lake). Call before the first answer. */
+void cpuid_avx2_keep_avx_vnni(int keep) { keep_avx_vnni = keep != 0; }
 
 /* How many patched CPUID instructions have been answered. */
 long cpuid_avx2_answered(void) { return (long)answered; }

@@ -5,7 +5,8 @@ byoc-int8's AVX2 build with ONNX Runtime's AVX2 kernels on one CPU, `import_onnx
 imports a copy of the installed `onnxruntime` package in which every `cpuid` instruction of its
 native library is replaced by `int3; nop` (same length). The SIGTRAP handler of
 `benchmarks/cpuid_avx2.c` answers those with the real CPUID less the AVX-512, AVX-VNNI and AMX
-feature bits, so the copy sees an AVX2-only CPU of the same model. Nothing else in the process
+feature bits, so the copy sees an AVX2-only CPU of the same model (or, keeping AVX-VNNI, one of
+AVX2 and AVX-VNNI without AVX-512, as Intel's client cores). Nothing else in the process
 is affected. This stands in for an AVX2-only machine: the same instructions run on another
 core design, so it is not a measurement of such a machine.
 
@@ -85,8 +86,9 @@ def _build_handler(workdir: Path) -> ctypes.CDLL:
     return handler
 
 
-def import_onnxruntime_avx2() -> HiddenIsa:
-    """Imports `onnxruntime` from a patched copy (removed at exit) that sees no AVX-512 or VNNI."""
+def import_onnxruntime_avx2(keep_avx_vnni: bool = False) -> HiddenIsa:
+    """Imports `onnxruntime` from a patched copy (removed at exit) that sees no AVX-512 or VNNI
+    (with `keep_avx_vnni`, no AVX-512 but AVX-VNNI: its AVX-VNNI int8 kernels)."""
     if "onnxruntime" in sys.modules:
         raise RuntimeError("onnxruntime is already imported: hide AVX-512 from it before its first import")
     spec = importlib.util.find_spec("onnxruntime")
@@ -95,6 +97,7 @@ def import_onnxruntime_avx2() -> HiddenIsa:
     workdir = Path(tempfile.mkdtemp(prefix="ort_avx2"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     handler = _build_handler(workdir)
+    handler.cpuid_avx2_keep_avx_vnni(int(keep_avx_vnni))
     package = workdir / "onnxruntime"
     shutil.copytree(Path(spec.origin).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     libraries = sorted((package / "capi").glob("onnxruntime_pybind11_state*.so"))

@@ -24,7 +24,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .calibrate import CALIBRATORS
-from .codegen.emit_c import SIMD_FLAGS, cpu_flags
+from .codegen.emit_c import SIMD_BUILDS, SIMD_FLAGS, cpu_flags
 from .errors import CalibrationDataError, ModelFileError, ModelImportError, ToolchainError, UserError
 from .frontend import check_pt2_archive
 from .inputs import check_samples, load_inputs, load_npy
@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--num-eval", type=_positive, help="evaluation inputs (default: the model's evaluation set)")
         p.add_argument("--int8-only", action="store_true",
                        help="fail, listing them, if any op cannot run in int8 on the accelerator")
-        p.add_argument("--simd", choices=["avx512vnni", "avx2", "portable"],
+        p.add_argument("--simd", choices=list(SIMD_BUILDS),
                        help="kernel implementation (default: the fastest this machine runs)")
         p.add_argument("--profile", default=None,
                        help=f"accelerator profile: {', '.join(BUILTIN_PROFILES)} (default x86-sim) or a .toml file")
@@ -406,7 +406,7 @@ def _check_args(args) -> None:
         raise UserError(f"--kernel-library {args.kernel_library}: no such file")
     flags = cpu_flags()
     if args.command == "run" and args.simd and not SIMD_FLAGS[args.simd] <= flags:
-        runnable = next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
+        runnable = next(simd for simd in SIMD_BUILDS if SIMD_FLAGS[simd] <= flags)
         raise UserError(f"--simd {args.simd}: this CPU lacks {', '.join(sorted(SIMD_FLAGS[args.simd] - flags))}, so the "
                         f"library could not run here; use --simd {runnable} (or 'compile' to build for another machine)")
     if args.command == "run" and args.plot_layer and not args.plot:

@@ -27,18 +27,18 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("portable", "avx2", "avx512vnni")
+VARIANTS = ("portable", "avx2", "avxvnni", "avx512vnni")
 ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
-TILES = {"avx2": (4, 16), "avx512vnni": (8, 32)}
+TILES = {"avx2": (4, 16), "avxvnni": (4, 16), "avx512vnni": (8, 32)}
 MAX_SEGMENTS = 16  # taller kernels are gathered, not read in place (B8_MAX_SEGMENTS)
 CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in chunks (B8_CHUNK_WEIGHT_BYTES)
 # Channels per block of the SIMD depthwise convolution (int32 lanes, B8_DW_LANES) and the most
 # taps it takes (B8_DW_MAX_TAPS; larger kernels, like other channel multipliers, run portable).
-DEPTHWISE_LANES = {"avx2": 8, "avx512vnni": 16}
+DEPTHWISE_LANES = {"avx2": 8, "avxvnni": 8, "avx512vnni": 16}
 DEPTHWISE_MAX_TAPS = 64
 DEPTHWISE_PIXELS = 4  # interior pixels computed together (B8_DW_PIXELS)
-WIDE_DEPTHWISE = {"avx2": 16, "avx512vnni": 64}  # channels per wide block of the 3x3 depthwise (B8_DW_WIDE)
+WIDE_DEPTHWISE = {"avx2": 16, "avxvnni": 16, "avx512vnni": 64}  # channels per wide block of the 3x3 depthwise (B8_DW_WIDE)
 MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
 
 i8, i32, i64, f32 = ctypes.c_int8, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
@@ -172,8 +172,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     whatever the inputs, else signed inputs offset by 128; other signed inputs by the sign trick,
     or in the corrected form from 4 channel blocks or 128 bytes of patch times blocks) and the
     epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for VNNI
-    also 32; else 8 lanes, or scalar). VNNI: weights shifted by 128 where channel blocks x patch
-    bytes reach 128, else signed inputs offset by 128."""
+    also 32; else 8 lanes, or scalar). VNNI and AVX-VNNI: weights shifted by 128 where channel
+    blocks x patch bytes reach 128, else signed inputs offset by 128."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
@@ -193,10 +193,13 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     seven_bit = np.abs(weight.astype(np.int32)).max(initial=0) <= 64
     depth = -(-kh * row // 4) * 4
-    if variant == "avx512vnni" and -(-cout // tile_channels) * depth >= 128:
-        # w + 128 as unsigned times a, whatever the inputs, per pixel 128 x the patch's sum taken
-        # off, where channel blocks x patch bytes reach 128
+    if variant in ("avx512vnni", "avxvnni") and -(-cout // tile_channels) * depth >= 128:
+        # vpdpbusd: w + 128 as unsigned times a, whatever the inputs, per pixel 128 x the patch's
+        # sum taken off, where channel blocks x patch bytes reach 128
         paths = paths - {"signed", "unsigned"} | {"shifted weights"}
+    elif variant == "avxvnni" and "signed" in paths:
+        # a + 128 as unsigned times w, any 8-bit weights (no int16 pair sums to saturate)
+        paths = paths - {"signed"} | {"signed offset"}
     elif variant == "avx2" and seven_bit and cout > 3 * tile_channels and -(-kh * row // 4) * 4 >= 64:
         # 7-bit weights on 4 or more channel blocks and patches of 64 bytes or more, whatever the
         # inputs: w + 64 as unsigned times a, per pixel 64 x the patch's sum taken off

@@ -124,9 +124,20 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
 # AVX2 only: 7-bit weights shifted, or signed inputs offset (other 7-bit weights) or in the
 # corrected form, alone or two blocks at a time (b8_tile_pair).
 AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# The paths of each SIMD build's convolution beyond SIMD_PATHS: AVX-VNNI's shifted weights or
+# signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles.
+CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
+                        "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
+                        "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",
+                                       "epilogue fused clamped"}}
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
+def conv2d_expected_paths(variant: str) -> set[str]:
+    """Every path of the SIMD convolution of one build (kernel_calls.conv2d_paths names them)."""
+    return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
+
+
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
 def test_conv2d_cases_reach_every_simd_path(variant):
     """The plain convolutions above and the epilogue cases below, together, take every path of
     each SIMD convolution; the grouped and depthwise ones have only the portable code."""
@@ -142,9 +153,7 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         reached |= kernel_calls.conv2d_paths(stem_case(seed), variant)
     for seed in POINTWISE_SEEDS:
         reached |= kernel_calls.conv2d_paths(pointwise_case(seed), variant)
-    fused = {"epilogue fused x16", "epilogue fused clamped"}
-    vnni = {"narrow channel tile", "epilogue fused x32", "shifted weights"}
-    expected = SIMD_PATHS | fused | (vnni if variant == "avx512vnni" else AVX2_PATHS)
+    expected = conv2d_expected_paths(variant)
     assert reached == expected, expected ^ reached
 
 
@@ -553,10 +562,11 @@ DEPTHWISE_PATHS = {"portable", "simd", "3x3", "other kernel", "several channel b
                    "padded columns", "window rows all padded"}
 WIDE_PATHS = {"wide block", "wide block stopped by a shift", "wide stride 1", "wide stride 2", "wide padded columns"}
 DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS,
+                           "avxvnni": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS,
                            "avx512vnni": {"masked channel block", "epilogue x16", "masked wide block"} | WIDE_PATHS}
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
 def test_depthwise_cases_reach_every_simd_path(variant):
     """The cases above take every path of each SIMD depthwise build, with channel counts of 8, 15,
     16, 17, 31, 32, 33 and 64 among them on the SIMD path, multipliers 1 and 2, strides and
@@ -577,7 +587,7 @@ def test_depthwise_cases_reach_every_simd_path(variant):
         assert {-128, 127} <= {c[key] for c in cases}, key
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avx512vnni"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
 def test_fuzzer_depthwise_draws_reach_every_simd_path(variant):
     """benchmarks/fuzz_kernels.py's depthwise configurations (the first 300 per rounding: the sample
     tests/test_kernel_fuzz.py runs) take every path of each SIMD depthwise build, each many times."""

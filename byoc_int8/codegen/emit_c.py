@@ -91,10 +91,15 @@ SIMD_PRELUDE = {
     "avx2": '#pragma GCC target("avx2,fma")\n#define B8_USE_AVX2 1\n',
     "avx512vnni": '#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")\n'
     "#define B8_USE_AVX512VNNI 1\n",
+    "avxvnni": '#pragma GCC target("avx2,fma,avxvnni")\n#define B8_USE_AVXVNNI 1\n',
 }
 
 # CPU features each implementation needs (as /proc/cpuinfo spells them).
-SIMD_FLAGS = {"portable": set(), "avx2": {"avx2", "fma"}, "avx512vnni": {"avx2", "fma", "avx512bw", "avx512vl", "avx512_vnni"}}
+SIMD_FLAGS = {"portable": set(), "avx2": {"avx2", "fma"}, "avxvnni": {"avx2", "fma", "avx_vnni"},
+              "avx512vnni": {"avx2", "fma", "avx512bw", "avx512vl", "avx512_vnni"}}
+# The kernel implementations, fastest first: AVX-512 VNNI, AVX-VNNI (vpdpbusd on 256 bits, the
+# AVX2 kernels otherwise), AVX2, portable C.
+SIMD_BUILDS = ("avx512vnni", "avxvnni", "avx2", "portable")
 
 
 def cpu_flags() -> set[str]:
@@ -108,7 +113,7 @@ def cpu_flags() -> set[str]:
 def default_simd() -> str:
     """The fastest kernel implementation this machine runs."""
     flags = cpu_flags()
-    return next(simd for simd in ("avx512vnni", "avx2", "portable") if SIMD_FLAGS[simd] <= flags)
+    return next(simd for simd in SIMD_BUILDS if SIMD_FLAGS[simd] <= flags)
 
 
 ROW_BYTES = 96  # int8 constants: bytes per string literal in the generated C
@@ -665,9 +670,9 @@ class ModuleSource:
 def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None, kernels: str = "builtin") -> ModuleSource:
     """The C of a module for a list of (symbol, quantized region).
 
-    `simd` selects the kernel implementation compiled in: "avx512vnni", "avx2" or "portable"
-    (default: the fastest this machine runs). The kernels are compiled in the regions' rounding,
-    which must be one for the whole module. `kernels` "external": the calls go to a kernel
+    `simd` selects the kernel implementation compiled in: "avx512vnni", "avxvnni", "avx2" or
+    "portable" (default: the fastest this machine runs). The kernels are compiled in the regions'
+    rounding, which must be one for the whole module. `kernels` "external": the calls go to a kernel
     library linked at export (``byoc_int8.h`` is the contract; docs/vendor.md), built in the
     model's rounding; `simd` then only names it."""
     if kernels == "external":

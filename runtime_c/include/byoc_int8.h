@@ -36,13 +36,17 @@ extern "C" {
 #endif
 
 /* Kernel implementation, chosen when the kernels are compiled: B8_USE_AVX2 selects the AVX2
- * paths (x86 with AVX2), B8_USE_AVX512VNNI on top of it the AVX-512 VNNI convolution; neither
- * gives the portable C99 kernels. All give bit-identical results. */
+ * paths (x86 with AVX2), B8_USE_AVX512VNNI on top of it the AVX-512 VNNI convolution,
+ * B8_USE_AVXVNNI on top of it the AVX2 convolution multiplying by AVX-VNNI's 256-bit vpdpbusd;
+ * none gives the portable C99 kernels. All give bit-identical results. */
 #ifndef B8_USE_AVX512VNNI
 #define B8_USE_AVX512VNNI 0
 #endif
+#ifndef B8_USE_AVXVNNI
+#define B8_USE_AVXVNNI 0
+#endif
 #ifndef B8_USE_AVX2
-#define B8_USE_AVX2 B8_USE_AVX512VNNI
+#define B8_USE_AVX2 (B8_USE_AVX512VNNI || B8_USE_AVXVNNI)
 #endif
 
 /* Rounding of every requantization, fixed when the kernels are compiled (byoc_int8/qarith.py

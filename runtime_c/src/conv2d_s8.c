@@ -626,7 +626,10 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
                             const int8_t* w, const b8_sign_form form, const int32_t* pixel_terms,
                             const int32_t* bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],
                             const b8_block_epilogue* e, int8_t* out, int32_t stride, int32_t count) {
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+#if !B8_USE_AVXVNNI
+  const __m256i ones = _mm256_set1_epi16(1);
+#endif
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
   const __m256i b0 = _mm256_loadu_si256((const __m256i*)bias), b1 = _mm256_loadu_si256((const __m256i*)(bias + 8));
   __m256i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
   if (form == B8_FORM_CORRECTED || form == B8_FORM_SHIFTED) {
@@ -639,6 +642,16 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     B8_CORRECT(3, a30, a31);
 #undef B8_CORRECT
   }
+  /* acc += x times v (4 bytes each, per lane), the packed weights v the unsigned operand in the
+   * shifted form: AVX-VNNI's vpdpbusd, or vpmaddubsw (pairs into int16) and vpmaddwd. */
+#if B8_USE_AVXVNNI
+#define B8_MULTIPLY(acc, v, x) \
+  acc = form == B8_FORM_SHIFTED ? _mm256_dpbusd_avx_epi32(acc, v, x) : _mm256_dpbusd_avx_epi32(acc, x, v)
+#else
+#define B8_MULTIPLY(acc, v, x)                                                                      \
+  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v, x) \
+                                                                        : _mm256_maddubs_epi16(x, v), ones))
+#endif
 #define B8_STEP(pixel, acc0, acc1)                                                            \
   do {                                                                                        \
     int32_t quad;                                                                             \
@@ -657,10 +670,8 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
       v1 = _mm256_sign_epi8(w1, x);                                                           \
       x = _mm256_abs_epi8(x);                                                                 \
     }                                                                                         \
-    const __m256i m0 = form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v0, x) : _mm256_maddubs_epi16(x, v0); \
-    const __m256i m1 = form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v1, x) : _mm256_maddubs_epi16(x, v1); \
-    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(m0, ones));                               \
-    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(m1, ones));                               \
+    B8_MULTIPLY(acc0, v0, x);                                                                 \
+    B8_MULTIPLY(acc1, v1, x);                                                                 \
   } while (0)
   for (int32_t s = 0; s < segments; ++s) {
     const int8_t *p0 = segment[s][0], *p1 = segment[s][1], *p2 = segment[s][2], *p3 = segment[s][3];
@@ -674,6 +685,7 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     }
   }
 #undef B8_STEP
+#undef B8_MULTIPLY
   if (e) {
     const __m256i r0 = b8_block_finish(e, a00, a01, a10, a11), r1 = b8_block_finish(e, a20, a21, a30, a31);
     _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(r0));
@@ -848,12 +860,15 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * channels; 0.9x on a 1x1 layer of 32 -> 16 channels and on a 3-channel stem of 32), else the
    * sign trick. */
   const int32_t blocks = padded_c / B8_TILE_CHANNELS;
-  const int offset = !input_nonnegative && weight_range == B8_WEIGHTS_7BIT && depth <= (1 << 15);
+  /* With AVX-VNNI every product is exact in int32 (vpdpbusd): the offset form serves signed
+   * inputs whatever the weights. */
+  const int offset = !input_nonnegative && weight_range != B8_WEIGHTS_SHIFTED &&
+                     (B8_USE_AVXVNNI || (weight_range == B8_WEIGHTS_7BIT && depth <= (1 << 15)));
   const b8_sign_form form = weight_range == B8_WEIGHTS_SHIFTED ? B8_FORM_SHIFTED
                             : input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
                             : blocks > 3 || blocks * depth >= 128 ? B8_FORM_CORRECTED : B8_FORM_SIGN;
   const int corrected = form == B8_FORM_CORRECTED;
-  const int32_t shift = form == B8_FORM_SHIFTED ? 64 : 0;
+  const int32_t shift = form != B8_FORM_SHIFTED ? 0 : B8_USE_AVXVNNI ? 128 : 64;
 #endif
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
    * start (the offset forms: less 128 x the weight sum). */
@@ -1098,7 +1113,7 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
   const int32_t depth = b8_patch_depth(filter_dims);
   return b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS * b8_patch_stride(filter_dims) + depth +
          16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS) +
-         (B8_USE_AVX512VNNI ? 0 : B8_CHUNK_TILES * B8_TILE_PIXELS * 2 * depth);
+         (B8_USE_AVX512VNNI || B8_USE_AVXVNNI ? 0 : B8_CHUNK_TILES * B8_TILE_PIXELS * 2 * depth);
 #else
   return filter_dims->h * filter_dims->w * filter_dims->c;
 #endif
@@ -1140,10 +1155,10 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
      * enough patch; elsewhere the offset form's xor per step costs less (AVX2 on Zen 4: a 3x3
      * stem on 3 channels, 64 of them, ran 0.91x shifted; 3x3 layers of 64-512 channels
      * 1.01-1.04x). */
-    const int shifted = B8_USE_AVX512VNNI ? blocks * depth >= B8_VNNI_SHIFTED_MIN
-                                          : narrow && blocks > 3 && depth >= 64;
+    const int dpbusd = B8_USE_AVX512VNNI || B8_USE_AVXVNNI;
+    const int shifted = dpbusd ? blocks * depth >= B8_VNNI_SHIFTED_MIN : narrow && blocks > 3 && depth >= 64;
     sums[blocks * t] = shifted ? B8_WEIGHTS_SHIFTED : narrow ? B8_WEIGHTS_7BIT : 0;
-    const int32_t shift = !shifted ? 0 : B8_USE_AVX512VNNI ? 128 : 64;
+    const int32_t shift = !shifted ? 0 : dpbusd ? 128 : 64;
     memset(packed, 0, (size_t)blocks * t * depth);
     for (int32_t oc = 0; oc < filter_dims->n; ++oc)
       for (int32_t k = 0; k < patch; ++k) {
@@ -1165,7 +1180,7 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
                               int8_t* scratch) {
   if (b8_conv2d_check(conv, input_dims, filter_dims, output_dims) != B8_OK) return B8_ERROR_ARGUMENT;
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512VNNI || B8_USE_AVXVNNI
   /* The shifted weights' products and terms stay within int32 for patches up to 2^15 bytes (the
    * quantizer's limit). */
   if (filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15)) return B8_ERROR_ARGUMENT;

@@ -165,6 +165,8 @@ static void test_add(long* wrong) {
 int main(void) {
 #if B8_USE_AVX512VNNI
   if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni")) {
+#elif B8_USE_AVXVNNI
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avxvnni")) {
 #else
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
 #endif

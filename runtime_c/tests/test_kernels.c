@@ -401,6 +401,8 @@ static int b8_cpu_runs_this_build(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512vnni");
+#elif B8_USE_AVXVNNI
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avxvnni");
 #elif B8_USE_AVX2
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
@@ -411,7 +413,7 @@ static int b8_cpu_runs_this_build(void) {
 int main(void) {
   if (!b8_cpu_runs_this_build()) {
     printf("skipped: this CPU lacks the instructions of this kernel build (%s)\n",
-           B8_USE_AVX512VNNI ? "AVX-512 VNNI" : "AVX2 + FMA");
+           B8_USE_AVX512VNNI ? "AVX-512 VNNI" : B8_USE_AVXVNNI ? "AVX-VNNI" : "AVX2 + FMA");
     return 77;
   }
   test_requantize();
