@@ -17,6 +17,10 @@
  *    w + 64, the unsigned operand, and the tile takes 64 x the patch's sum off per pixel; on
  *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
+ *    With AVX-VNNI (B8_USE_AVXVNNI) the same tiles multiply by 256-bit vpdpbusd, whose products
+ *    and sums are exact in int32 whatever the weights: the packed filter holds w + 128 where
+ *    blocks x patch bytes reach 128 (as for AVX-512 VNNI below), else signed inputs take the
+ *    offset a + 128; the sign trick and the corrected form are not needed.
  *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
  *    multiply, pairwise sums and accumulation in one exact instruction, whose first operand is
  *    unsigned. Where channel blocks x patch bytes reach 128 the packed filter holds w + 128, the
