@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("portable", "avx2", "avxvnni", "avx512vnni")
 ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
-TILES = {"avx2": (4, 16), "avxvnni": (4, 16), "avx512vnni": (8, 32)}
+TILES = {"avx2": (4, 16), "avxvnni": (6, 16), "avx512vnni": (8, 32)}
 MAX_SEGMENTS = 16  # taller kernels are gathered, not read in place (B8_MAX_SEGMENTS)
 CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in chunks (B8_CHUNK_WEIGHT_BYTES)
 # Channels per block of the SIMD depthwise convolution (int32 lanes, B8_DW_LANES) and the most

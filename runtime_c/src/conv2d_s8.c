@@ -17,10 +17,11 @@
  *    w + 64, the unsigned operand, and the tile takes 64 x the patch's sum off per pixel; on
  *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
- *    With AVX-VNNI (B8_USE_AVXVNNI) the same tiles multiply by 256-bit vpdpbusd, whose products
- *    and sums are exact in int32 whatever the weights: the packed filter holds w + 128 where
- *    blocks x patch bytes reach 128 (as for AVX-512 VNNI below), else signed inputs take the
- *    offset a + 128; the sign trick and the corrected form are not needed.
+ *    With AVX-VNNI (B8_USE_AVXVNNI) tiles of 6 pixels x 16 channels (b8_tile_vnni_body)
+ *    multiply by 256-bit vpdpbusd, whose products and sums are exact in int32 whatever the
+ *    weights: the packed filter holds w + 128 where blocks x patch bytes reach 128 (as for
+ *    AVX-512 VNNI below), else signed inputs take the offset a + 128; the sign trick and the
+ *    corrected form are not needed.
  *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
  *    multiply, pairwise sums and accumulation in one exact instruction, whose first operand is
  *    unsigned. Where channel blocks x patch bytes reach 128 the packed filter holds w + 128, the
@@ -133,6 +134,8 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
 #if B8_USE_AVX2
 #if B8_USE_AVX512VNNI
 enum { B8_TILE_PIXELS = 8, B8_TILE_CHANNELS = 32 };
+#elif B8_USE_AVXVNNI
+enum { B8_TILE_PIXELS = 6, B8_TILE_CHANNELS = 16 }; /* b8_tile_vnni_body */
 #else
 enum { B8_TILE_PIXELS = 4, B8_TILE_CHANNELS = 16 };
 #endif
@@ -630,10 +633,7 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
                             const int8_t* w, const b8_sign_form form, const int32_t* pixel_terms,
                             const int32_t* bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],
                             const b8_block_epilogue* e, int8_t* out, int32_t stride, int32_t count) {
-#if !B8_USE_AVXVNNI
-  const __m256i ones = _mm256_set1_epi16(1);
-#endif
-  const __m256i flip = _mm256_set1_epi8((char)0x80);
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
   const __m256i b0 = _mm256_loadu_si256((const __m256i*)bias), b1 = _mm256_loadu_si256((const __m256i*)(bias + 8));
   __m256i a00 = b0, a01 = b1, a10 = b0, a11 = b1, a20 = b0, a21 = b1, a30 = b0, a31 = b1;
   if (form == B8_FORM_CORRECTED || form == B8_FORM_SHIFTED) {
@@ -646,16 +646,6 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     B8_CORRECT(3, a30, a31);
 #undef B8_CORRECT
   }
-  /* acc += x times v (4 bytes each, per lane), the packed weights v the unsigned operand in the
-   * shifted form: AVX-VNNI's vpdpbusd, or vpmaddubsw (pairs into int16) and vpmaddwd. */
-#if B8_USE_AVXVNNI
-#define B8_MULTIPLY(acc, v, x) \
-  acc = form == B8_FORM_SHIFTED ? _mm256_dpbusd_avx_epi32(acc, v, x) : _mm256_dpbusd_avx_epi32(acc, x, v)
-#else
-#define B8_MULTIPLY(acc, v, x)                                                                      \
-  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v, x) \
-                                                                        : _mm256_maddubs_epi16(x, v), ones))
-#endif
 #define B8_STEP(pixel, acc0, acc1)                                                            \
   do {                                                                                        \
     int32_t quad;                                                                             \
@@ -674,8 +664,10 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
       v1 = _mm256_sign_epi8(w1, x);                                                           \
       x = _mm256_abs_epi8(x);                                                                 \
     }                                                                                         \
-    B8_MULTIPLY(acc0, v0, x);                                                                 \
-    B8_MULTIPLY(acc1, v1, x);                                                                 \
+    const __m256i m0 = form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v0, x) : _mm256_maddubs_epi16(x, v0); \
+    const __m256i m1 = form == B8_FORM_SHIFTED ? _mm256_maddubs_epi16(v1, x) : _mm256_maddubs_epi16(x, v1); \
+    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(m0, ones));                               \
+    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(m1, ones));                               \
   } while (0)
   for (int32_t s = 0; s < segments; ++s) {
     const int8_t *p0 = segment[s][0], *p1 = segment[s][1], *p2 = segment[s][2], *p3 = segment[s][3];
@@ -689,7 +681,6 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     }
   }
 #undef B8_STEP
-#undef B8_MULTIPLY
   if (e) {
     const __m256i r0 = b8_block_finish(e, a00, a01, a10, a11), r1 = b8_block_finish(e, a20, a21, a30, a31);
     _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(r0));
@@ -711,10 +702,81 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
 
 /* The tile in code for each form: unsigned inputs, shifted, offset, the sign trick, corrected.
  * Inlined: called, it cost 16-channel layers about 10% (a call per tile and block). */
+#if B8_USE_AVXVNNI
+/* b8_tile_body with AVX-VNNI: 6 pixels x 16 channels, the products by vpdpbusd (exact in int32),
+ * in the unsigned, shifted (w + 128) or offset (a + 128) form. Two multiplications per cycle at a
+ * latency of 5 need 10 accumulators in flight: 4 pixels' 8 left a fifth of the issue slots idle;
+ * 6 pixels' 12 fit the 16 registers with the two weight vectors and the broadcast. */
+B8_INLINE void b8_tile_vnni_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
+                                 const int8_t* w, const b8_sign_form form, const int32_t* pixel_terms,
+                                 const int32_t* bias, int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],
+                                 const b8_block_epilogue* e, int8_t* out, int32_t stride, int32_t count) {
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
+  const __m256i b0 = _mm256_loadu_si256((const __m256i*)bias), b1 = _mm256_loadu_si256((const __m256i*)(bias + 8));
+#define B8_START(b, p) (form == B8_FORM_SHIFTED ? _mm256_add_epi32(b, _mm256_set1_epi32(pixel_terms[p])) : b)
+  __m256i a00 = B8_START(b0, 0), a01 = B8_START(b1, 0), a10 = B8_START(b0, 1), a11 = B8_START(b1, 1);
+  __m256i a20 = B8_START(b0, 2), a21 = B8_START(b1, 2), a30 = B8_START(b0, 3), a31 = B8_START(b1, 3);
+  __m256i a40 = B8_START(b0, 4), a41 = B8_START(b1, 4), a50 = B8_START(b0, 5), a51 = B8_START(b1, 5);
+#undef B8_START
+#define B8_STEP(pixel, acc0, acc1)                                  \
+  do {                                                              \
+    int32_t quad;                                                   \
+    memcpy(&quad, (pixel) + k, 4);                                 \
+    __m256i x = _mm256_set1_epi32(quad);                            \
+    if (form == B8_FORM_SHIFTED) {                                  \
+      acc0 = _mm256_dpbusd_avx_epi32(acc0, w0, x);                  \
+      acc1 = _mm256_dpbusd_avx_epi32(acc1, w1, x);                  \
+    } else {                                                        \
+      if (form == B8_FORM_OFFSET) x = _mm256_xor_si256(x, flip);    \
+      acc0 = _mm256_dpbusd_avx_epi32(acc0, x, w0);                  \
+      acc1 = _mm256_dpbusd_avx_epi32(acc1, x, w1);                  \
+    }                                                               \
+  } while (0)
+  for (int32_t s = 0; s < segments; ++s) {
+    const int8_t *p0 = segment[s][0], *p1 = segment[s][1], *p2 = segment[s][2];
+    const int8_t *p3 = segment[s][3], *p4 = segment[s][4], *p5 = segment[s][5];
+    for (int32_t k = 0; k < run; k += 4, w += 64) {
+      const __m256i w0 = _mm256_loadu_si256((const __m256i*)w);
+      const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + 32));
+      B8_STEP(p0, a00, a01);
+      B8_STEP(p1, a10, a11);
+      B8_STEP(p2, a20, a21);
+      B8_STEP(p3, a30, a31);
+      B8_STEP(p4, a40, a41);
+      B8_STEP(p5, a50, a51);
+    }
+  }
+#undef B8_STEP
+  if (e) { /* two pixels per 32 bytes */
+    const __m256i r[3] = {b8_block_finish(e, a00, a01, a10, a11), b8_block_finish(e, a20, a21, a30, a31),
+                          b8_block_finish(e, a40, a41, a50, a51)};
+    for (int32_t p = 0; p < count; ++p)
+      _mm_storeu_si128((__m128i*)(out + (int64_t)p * stride),
+                       p % 2 ? _mm256_extracti128_si256(r[p / 2], 1) : _mm256_castsi256_si128(r[p / 2]));
+    return;
+  }
+  /* Lanes hold channels in packing order: each 256-bit half is 8 channels of 4 bytes. */
+  const __m256i all[B8_TILE_PIXELS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+  for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
+    _mm256_storeu_si256((__m256i*)acc[p], all[p][0]);
+    _mm256_storeu_si256((__m256i*)(acc[p] + 8), all[p][1]);
+  }
+}
+#endif
+
 B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t* w,
                        b8_sign_form form, const int32_t* pixel_terms, const int32_t* bias,
                        int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e, int8_t* out,
                        int32_t stride, int32_t count) {
+#if B8_USE_AVXVNNI
+  /* The sign trick and the corrected form are never chosen with AVX-VNNI. */
+#define B8_TILE_FORM(f, sums) b8_tile_vnni_body(segment, segments, run, w, f, sums, bias, acc, e, out, stride, count)
+  switch (form) {
+    case B8_FORM_UNSIGNED: B8_TILE_FORM(B8_FORM_UNSIGNED, NULL); break;
+    case B8_FORM_SHIFTED: B8_TILE_FORM(B8_FORM_SHIFTED, pixel_terms); break;
+    default: B8_TILE_FORM(B8_FORM_OFFSET, NULL); break;
+  }
+#else
 #define B8_TILE_FORM(f, sums) b8_tile_body(segment, segments, run, w, f, sums, bias, acc, e, out, stride, count)
   switch (form) {
     case B8_FORM_UNSIGNED: B8_TILE_FORM(B8_FORM_UNSIGNED, NULL); break;
@@ -723,6 +785,7 @@ B8_INLINE void b8_tile(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segment
     case B8_FORM_SIGN: B8_TILE_FORM(B8_FORM_SIGN, NULL); break;
     case B8_FORM_CORRECTED: B8_TILE_FORM(B8_FORM_CORRECTED, pixel_terms); break;
   }
+#endif
 #undef B8_TILE_FORM
 }
 
