@@ -934,7 +934,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const b8_sign_form form = weight_range == B8_WEIGHTS_SHIFTED ? B8_FORM_SHIFTED
                             : input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
                             : blocks > 3 || blocks * depth >= 128 ? B8_FORM_CORRECTED : B8_FORM_SIGN;
-  const int corrected = form == B8_FORM_CORRECTED;
+  /* Never with AVX-VNNI (its tiles of 6 pixels have no corrected or pair form, and its scratch
+   * no split patches): a constant there, so that that code is not even compiled in. */
+  const int corrected = !B8_USE_AVXVNNI && form == B8_FORM_CORRECTED;
   const int32_t shift = form != B8_FORM_SHIFTED ? 0 : B8_USE_AVXVNNI ? 128 : 64;
 #endif
   /* The bias of every channel block, zero past the last channel, where the tiles' accumulators
