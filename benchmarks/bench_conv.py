@@ -147,7 +147,7 @@ def main() -> None:
     peaks, peak_error = measure_peaks([1])
     if peak_error:
         sys.exit(peak_error)
-    peak = {"avx512vnni": peaks.get(("avx512vnni", 1)), "avxvnni": peaks.get(("avxvnni", 1)),
+    peak = {"amx": peaks.get(("amx", 1)), "avx512vnni": peaks.get(("avx512vnni", 1)), "avxvnni": peaks.get(("avxvnni", 1)),
             "avx2": peaks.get(("avx2", 1)), "portable": peaks.get(("avx2", 1))}
     rng = np.random.default_rng(0)
     for model in args.models.split(","):

@@ -10,12 +10,15 @@
  *               + vpaddd: 32 MACs per 256-bit triple, 6 independent triples per iteration
  *   avxvnni     vpdpbusd ymm (VEX): 32 MACs per instruction, 12 accumulators
  *   avx512vnni  vpdpbusd zmm: 64 MACs per instruction, 16 accumulators
+ *   amx         tdpbssd (AMX-INT8 tiles): 16384 MACs per instruction, 4 accumulator tiles
  *
  * Each ISA's loop is compiled for that ISA alone (function target attributes), so the binary
  * needs no -m flags and runs anywhere; an ISA the CPU lacks is skipped. The operands are
  * loop-invariant, so an empty asm statement tells the compiler they change every iteration
  * (no instruction is emitted for it): nothing is hoisted out of the loop. The AVX2 loop is
- * assembly itself (see avx2_loop). Each thread (pthreads,
+ * assembly itself (see avx2_loop). The AMX loop keeps its operands in tiles loaded once before
+ * the loop; each thread configures its own tiles, and Linux must first grant the process the
+ * tile data state (arch_prctl, see has_amx), else amx is skipped. Each thread (pthreads,
  * not pinned) runs the same number of iterations; GMAC/s = all MACs / wall time from a common
  * start to the last thread's end, the best of 5 repetitions of ~0.2 s.
  */
@@ -26,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CHANGES(v) __asm__ volatile("" : "+x"(v))
 #define CHANGES_Z(v) __asm__ volatile("" : "+v"(v))
@@ -111,6 +116,58 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void avx512vnni_lo
   sink += _mm512_reduce_add_epi32(s);
 }
 
+/* Tile configuration, palette 1 (the 64-byte operand of ldtilecfg). */
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t bytes_per_row[16];
+  uint8_t rows[16];
+} tilecfg_t;
+
+/* 2 x 2 independent tdpbssd (s8 x s8 products, 16 x 16 x 64 MACs each): accumulators tmm0-3,
+ * A operands tmm4-5 and B operands tmm6-7, all 16 rows x 64 bytes. The tile intrinsics are
+ * volatile (GCC: asm volatile; clang: side effects), so nothing is hoisted out of the loop. The
+ * tile configuration is per-thread state: every call (every thread) loads it, and releases the
+ * tiles at the end. */
+__attribute__((target("amx-tile,amx-int8"))) static void amx_loop(uint64_t iters) {
+  tilecfg_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.bytes_per_row[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  int8_t ab[4][16][64]; /* tmm4, tmm5, tmm6, tmm7 */
+  memset(ab[0], 3, sizeof ab[0]);
+  memset(ab[1], 5, sizeof ab[1]);
+  memset(ab[2], -7, sizeof ab[2]);
+  memset(ab[3], 11, sizeof ab[3]);
+  /* GCC's ldtilecfg and tileloadd statements name only the first 8 bytes and the address (not
+   * the memory they read): this makes all of cfg and ab be written before them. */
+  __asm__ volatile("" : : "m"(cfg), "m"(ab));
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab[0], 64);
+  _tile_loadd(5, ab[1], 64);
+  _tile_loadd(6, ab[2], 64);
+  _tile_loadd(7, ab[3], 64);
+  for (uint64_t i = 0; i < iters; ++i) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  int32_t c[4][16][16];
+  _tile_stored(0, c[0], 64);
+  _tile_stored(1, c[1], 64);
+  _tile_stored(2, c[2], 64);
+  _tile_stored(3, c[3], 64);
+  _tile_release();
+  sink += c[0][0][0] + c[1][0][0] + c[2][0][0] + c[3][0][0];
+}
+
 typedef struct {
   const char *name;
   int (*supported)(void);
@@ -132,11 +189,30 @@ static int has_avx512vnni(void) {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vnni");
 }
+/* Linux (5.16+) gives a process the AMX tile data state only on request, once per process and
+ * before the first tile instruction (else SIGILL): arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
+ * XFEATURE_XTILEDATA = 18). */
+static int has_amx(void) {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+  int cpu = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8");
+#else
+  unsigned a, b, c, d; /* CPUID.(EAX=7,ECX=0):EDX[24] AMX-TILE, EDX[25] AMX-INT8 */
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  int cpu = ((d >> 24) & 1) && ((d >> 25) & 1);
+#endif
+  if (!cpu) return 0;
+#ifdef SYS_arch_prctl
+  if (syscall(SYS_arch_prctl, 0x1023, 18) == 0) return 1;
+#endif
+  fprintf(stderr, "amx: the CPU has AMX but the OS does not grant the tile data state; skipped\n");
+  return 0;
+}
 
 static const isa_t ISAS[] = {
     {"avx2", has_avx2, avx2_loop, 6 * 32},
     {"avxvnni", has_avxvnni, avxvnni_loop, 12 * 32},
     {"avx512vnni", has_avx512vnni, avx512vnni_loop, 16 * 64},
+    {"amx", has_amx, amx_loop, 4 * 16 * 16 * 64},
 };
 
 typedef struct {

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("portable", "avx2", "avxvnni", "avx512vnni")
+VARIANTS = ("portable", "avx2", "avxvnni", "avx512vnni", "amx")
 ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
-TILES = {"avx2": (4, 16), "avxvnni": (6, 16), "avx512vnni": (8, 32)}
+TILES = {"avx2": (4, 16), "avxvnni": (6, 16), "avx512vnni": (8, 32), "amx": (32, 32)}
 MAX_SEGMENTS = 16  # taller kernels are gathered, not read in place (B8_MAX_SEGMENTS)
 CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in chunks (B8_CHUNK_WEIGHT_BYTES)
 # Channels per block of the SIMD depthwise convolution (int32 lanes, B8_DW_LANES) and the most
@@ -177,6 +177,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
+    if variant == "amx":
+        return _amx_conv2d_paths(case)
     tile_pixels, tile_channels = TILES[variant]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]
@@ -293,6 +295,51 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     return paths
 
 
+def _amx_conv2d_paths(case: dict) -> set[str]:
+    """conv2d_paths of the AMX build on a CPU and OS that grant AMX (b8_conv2d_s8_amx): groups of
+    32 pixels (one A tile where at most 16 remain), each pixel's patch rows copied (window inside
+    the input, no dilation across, the 32-byte copies of its last row inside the input) or
+    gathered, blocks of 32 channels (narrow: at most 16) and their epilogue (fused for blocks of
+    exactly 32 or 16 channels, else scalar)."""
+    weight = case["weight"]
+    cout, kh, kw, cin = weight.shape
+    n, h, w = case["x"].shape[:3]
+    oh, ow = case["out_hw"]
+    (sh, sw), (top, left), (dh, dw) = case["strides"], case["padding"], case["dilation"]
+    group_pixels, block = TILES["amx"]
+    paths, groups = {"amx"}, 0
+    for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
+        begin, end = max(begin, 0), min(end, n * oh * ow)
+        for first in range(begin, end, group_pixels):
+            groups += 1
+            count = min(group_pixels, end - first)
+            paths.add("whole pixel group" if count == group_pixels else "partial pixel group")
+            paths |= {"one patch tile"} if count <= 16 else set()
+        pixel = np.arange(begin, max(begin, end))
+        ix0, iy0 = pixel % ow * sw - left, pixel // ow % oh * sh - top
+        last_row = ((pixel // (ow * oh) * h + iy0 + (kh - 1) * dh) * w + ix0) * cin
+        copied = ((dw == 1) & (ix0 >= 0) & (ix0 + kw <= w) & (iy0 >= 0) & (iy0 + (kh - 1) * dh < h)
+                  & (last_row + -(-kw * cin // 32) * 32 <= n * h * w * cin))
+        paths |= {"rows copied"} if copied.any() else set()
+        paths |= {"gathered"} if (~copied).any() else set()
+    if groups > 1:
+        paths.add("several pixel groups")
+    vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
+    for oc0 in range(0, cout, block):
+        channels = min(block, cout - oc0)
+        paths.add("whole channel tile" if channels == block else "narrow channel tile" if channels <= 16
+                  else "partial channel tile")
+        if vector and channels in (16, 32):
+            paths.add(f"epilogue fused x{channels}")
+            if tuple(case["act"]) != (-128, 127):
+                paths.add("epilogue fused clamped")
+        else:
+            paths.add("epilogue scalar")
+    if cout > block:
+        paths.add("several channel tiles")
+    return paths
+
+
 def depthwise_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/depthwise_conv2d_s8.c) that a case takes in a
     kernel build, as that file chooses them: portable (any channel multiplier), or the SIMD code
@@ -304,6 +351,7 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     pixel, the interior (no check; DEPTHWISE_PIXELS neighbours at once for kernels 3 wide with
     stride 1 and no dilation across) or the checked taps (rows and / or columns in the padding)."""
     x, weight = case["x"], case["weight"]  # weight (1, KH, KW, O)
+    variant = "avx512vnni" if variant == "amx" else variant  # the AMX build's depthwise is VNNI's
     _, kh, kw, cout = weight.shape
     n, h, w, cin = x.shape
     lanes = DEPTHWISE_LANES.get(variant)

@@ -89,16 +89,23 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # VNNI also has narrow tiles and 32-channel epilogues.
 VARIANT_PATHS = {"avx2": AVX2_PATHS, "avxvnni": {"shifted weights", "signed offset"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights"}}
+# The AMX build's own convolution (kernel_calls._amx_conv2d_paths).
+AMX_PATHS = {"amx", "whole pixel group", "partial pixel group", "one patch tile", "several pixel groups", "rows copied",
+             "gathered", "whole channel tile", "narrow channel tile", "partial channel tile", "several channel tiles",
+             "epilogue fused x32", "epilogue fused x16", "epilogue fused clamped", "epilogue scalar", "portable"}
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni", "amx"])
 def test_sample_reaches_every_conv2d_path(variant):
     reached = Counter()
     for rounding in kernel_calls.ROUNDINGS:
         for index in range(CONFIGS):
             reached.update(kernel_calls.conv2d_paths(fuzz_kernels.draw("conv2d", rounding, index, SEED), variant))
     fused = {"epilogue fused x16", "epilogue fused clamped"}
-    expected = SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | fused | VARIANT_PATHS[variant]
+    if variant == "amx":
+        expected = AMX_PATHS
+    else:
+        expected = SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | fused | VARIANT_PATHS[variant]
     assert expected <= set(reached), expected - set(reached)
 
 

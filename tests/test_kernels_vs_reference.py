@@ -130,14 +130,22 @@ CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | {"epilogue fused x16", "epilogue fu
                         "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",
                                        "epilogue fused clamped"}}
+# The AMX build's convolution (kernel_calls._amx_conv2d_paths): its own groups of pixels and
+# blocks of channels, patches copied or gathered.
+AMX_CONV2D_PATHS = {"amx", "whole pixel group", "partial pixel group", "one patch tile", "several pixel groups",
+                    "rows copied", "gathered", "whole channel tile", "narrow channel tile", "partial channel tile",
+                    "several channel tiles", "epilogue fused x32", "epilogue fused x16", "epilogue fused clamped",
+                    "epilogue scalar"}
 
 
 def conv2d_expected_paths(variant: str) -> set[str]:
     """Every path of the SIMD convolution of one build (kernel_calls.conv2d_paths names them)."""
+    if variant == "amx":
+        return AMX_CONV2D_PATHS
     return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni", "amx"])
 def test_conv2d_cases_reach_every_simd_path(variant):
     """The plain convolutions above and the epilogue cases below, together, take every path of
     each SIMD convolution; the grouped and depthwise ones have only the portable code."""

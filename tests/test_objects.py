@@ -145,7 +145,7 @@ def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
         objects.compile_module(source)
 
 
-@pytest.mark.parametrize("simd", ["portable", "avx2", "avxvnni", "avx512vnni"])
+@pytest.mark.parametrize("simd", ["portable", "avx2", "avxvnni", "avx512vnni", "amx"])
 def test_both_units_compile_without_warnings(simd, tmp_path):
     """The generated model's unit and the kernels' unit (with the adapter) are warning-free C
     under -Wall -Wextra, for a region with convolutions, a pool, a reshape and a dense layer."""

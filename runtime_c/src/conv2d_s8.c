@@ -1172,6 +1172,172 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   }
   return B8_OK;
 }
+#if B8_USE_AMX
+/* AMX (Intel's tile matrix unit, Sapphire Rapids on): tdpbssd multiplies a tile of 16 pixels x
+ * 64 patch bytes (signed) by a tile of 16 x 4-byte steps x 16 channels (signed) into 16 x 16
+ * int32 accumulators, exactly, in the unit beside the vector ports; one instruction does 16384
+ * products, a 512-bit vpdpbusd 64. Patches are gathered into the scratch, rows back to back
+ * (b8_amx_depth), 32 pixels at a time (two A tiles); each pair of 16-channel blocks (B tiles) runs
+ * over them into four accumulator tiles started from the bias, stored to the scratch and
+ * requantized with the VNNI tiles' epilogue. No offsets, shifts or sums: signed times signed. */
+enum { B8_AMX_PIXELS = 32, B8_WEIGHTS_AMX = 0x616d7831 };
+
+/* A patch's bytes for the AMX tiles: its kernel rows back to back, padded to whole 64-byte
+ * tile columns (zero weights). */
+static int32_t b8_amx_depth(const b8_dims* filter_dims) {
+  return b8_round_up(filter_dims->h * filter_dims->w * filter_dims->c, 64);
+}
+
+static int32_t b8_amx_scratch_size(const b8_dims* filter_dims) {
+  /* the patches (+32 bytes: b8_copy_rows's overrun of the last), the accumulators (32 pixels x
+   * 32 channels), per channel the bias and the estimate's three floats */
+  return B8_AMX_PIXELS * b8_amx_depth(filter_dims) + 64 + B8_AMX_PIXELS * B8_TILE_CHANNELS * 4 +
+         16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
+}
+
+/* Whether this process may use AMX: the CPU has it and Linux grants the tile data state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: 0x1023, 18), asked once. Else the VNNI
+ * tiles run, and filters are packed for them. */
+static int b8_amx_permitted(void) {
+  static int state; /* 0: not asked yet, 1: granted, -1: not */
+  int granted = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+  if (!granted) {
+    long status = -1;
+    if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8"))
+      __asm__ volatile("syscall" : "=a"(status) : "0"(158L /* arch_prctl */), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    granted = status == 0 ? 1 : -1;
+    __atomic_store_n(&state, granted, __ATOMIC_RELEASE);
+  }
+  return granted > 0;
+}
+
+/* GCC's tile intrinsics (12) are asm statements that do not name the memory ldtilecfg and
+ * tileloadd read: this barrier makes the stores before it (the configuration, the gathered
+ * patches, the bias) happen before the tile instructions after it. */
+#define B8_AMX_STORES_DONE() __asm__ volatile("" : : : "memory")
+
+/* The tile configuration (palette 1): tiles 0-3 accumulators, 4-5 patches, 6-7 weights, each 16
+ * rows of 64 bytes. */
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t bytes_per_row[16];
+  uint8_t rows[16];
+} b8_amx_config;
+
+static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_params* quant,
+                                  const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
+                                  const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
+                                  int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
+  const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
+  const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
+  const int32_t run = k_w * in_c, depth = b8_amx_depth(filter_dims), padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
+  const int64_t image_size = (int64_t)input_dims->h * in_w * in_c;
+  const int8_t* input_end = input + (int64_t)input_dims->n * image_size;
+  const int32_t last_row_offset = (k_h - 1) * conv->dilation_h;
+  const int64_t row_stride = (int64_t)conv->dilation_h * in_w * in_c;
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
+  int8_t* patches = scratch;
+  int32_t* acc = (int32_t*)(scratch + B8_AMX_PIXELS * depth + 64); /* [32 pixels][32 channels] */
+  int32_t* start = acc + B8_AMX_PIXELS * B8_TILE_CHANNELS;
+  float* table = (float*)(start + padded_c);
+  /* Pixels past a group's last one multiply whatever their patch holds: initialized bytes. */
+  memset(patches, 0, (size_t)B8_AMX_PIXELS * depth + 64);
+  for (int32_t oc = 0; oc < padded_c; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
+  int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
+  for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
+  if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + padded_c, table + 2 * padded_c);
+  b8_amx_config config;
+  memset(&config, 0, sizeof config);
+  config.palette = 1;
+  for (int tile = 0; tile < 8; ++tile) {
+    config.bytes_per_row[tile] = 64;
+    config.rows[tile] = 16;
+  }
+  B8_AMX_STORES_DONE();
+  _tile_loadconfig(&config);
+  int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
+  const int8_t* image = input + begin / out_w / out_h * image_size;
+  for (int64_t group = begin; group < end; group += B8_AMX_PIXELS) {
+    const int32_t count = end - group < B8_AMX_PIXELS ? (int32_t)(end - group) : B8_AMX_PIXELS;
+    for (int32_t p = 0; p < count; ++p) {
+      int8_t* patch = patches + (int64_t)p * depth;
+      const int32_t ix0 = ox * conv->stride_w - conv->pad_left, iy0 = oy * conv->stride_h - conv->pad_top;
+      const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
+      if (conv->dilation_w == 1 && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 && iy0 + last_row_offset < input_dims->h &&
+          b8_round_up(run, 32) <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c))
+        b8_copy_rows(first_row, row_stride, k_h, run, patch); /* the window inside the input */
+      else
+        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, run, patch);
+      if (++ox == out_w) {
+        ox = 0;
+        if (++oy == out_h) {
+          oy = 0;
+          image += image_size;
+        }
+      }
+    }
+    B8_AMX_STORES_DONE();
+    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
+      const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+      const int8_t* w = packed + (int64_t)oc0 * depth; /* [depth / 4][32][4]: a B tile's rows 128 bytes apart */
+      /* Each accumulator row starts from the bias (16 rows read from one address). */
+      _tile_loadd(0, start + oc0, 0);
+      _tile_loadd(1, start + oc0 + 16, 0);
+      _tile_loadd(2, start + oc0, 0);
+      _tile_loadd(3, start + oc0 + 16, 0);
+      for (int32_t k = 0; k < depth; k += 64) {
+        _tile_loadd(4, patches + k, depth);
+        _tile_loadd(6, w + (int64_t)k * 32, 128);
+        _tile_dpbssd(0, 4, 6);
+        if (channels > 16) {
+          _tile_loadd(7, w + (int64_t)k * 32 + 64, 128);
+          _tile_dpbssd(1, 4, 7);
+        }
+        if (count > 16) {
+          _tile_loadd(5, patches + 16 * (int64_t)depth + k, depth);
+          _tile_dpbssd(2, 5, 6);
+          if (channels > 16) _tile_dpbssd(3, 5, 7);
+        }
+      }
+      _tile_stored(0, acc, 4 * B8_TILE_CHANNELS);
+      _tile_stored(1, acc + 16, 4 * B8_TILE_CHANNELS);
+      _tile_stored(2, acc + 16 * B8_TILE_CHANNELS, 4 * B8_TILE_CHANNELS);
+      _tile_stored(3, acc + 16 * B8_TILE_CHANNELS + 16, 4 * B8_TILE_CHANNELS);
+      int8_t* out = output + group * out_c + oc0;
+      if (vector_epilogue && (channels == 32 || channels == 16)) {
+        b8_block_epilogue e;
+        b8_block_epilogue_load(quant, table, padded_c, oc0, channels, &e);
+#define B8_ACC(p, half) _mm512_loadu_si512((const void*)(acc + (p) * B8_TILE_CHANNELS + 16 * (half)))
+        if (channels == 32) {
+          for (int32_t p = 0; p < count; p += 2) { /* two pixels per 64 bytes */
+            const __m512i r = b8_block_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p, 1), 1, B8_ACC(p + 1, 0), 0, B8_ACC(p + 1, 1), 1);
+            _mm256_storeu_si256((__m256i*)(out + (int64_t)p * out_c), _mm512_castsi512_si256(r));
+            if (p + 1 < count)
+              _mm256_storeu_si256((__m256i*)(out + (int64_t)(p + 1) * out_c), _mm512_extracti64x4_epi64(r, 1));
+          }
+        } else {
+          for (int32_t p = 0; p < count; p += 4) { /* four pixels per 64 bytes */
+            int8_t bytes[64];
+            _mm512_storeu_si512((void*)bytes, b8_block_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p + 1, 0), 0, B8_ACC(p + 2, 0), 0,
+                                                             B8_ACC(p + 3, 0), 0));
+            for (int32_t q = 0; q < 4 && p + q < count; ++q) memcpy(out + (int64_t)(p + q) * out_c, bytes + 16 * q, 16);
+          }
+        }
+#undef B8_ACC
+        continue;
+      }
+      for (int32_t p = 0; p < count; ++p)
+        for (int32_t c = 0; c < channels; ++c)
+          out[(int64_t)p * out_c + c] = b8_output_s8(acc[p * B8_TILE_CHANNELS + c], quant, oc0 + c);
+    }
+  }
+  _tile_release();
+  return B8_OK;
+}
+#undef B8_AMX_STORES_DONE
+#endif /* B8_USE_AMX */
+
 #endif /* B8_USE_AVX2 */
 
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
@@ -1180,9 +1346,16 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
    * starting bias and the output stage's three float constants, and for AVX2 a chunk's patches
    * split for the corrected form. */
   const int32_t depth = b8_patch_depth(filter_dims);
-  return b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS * b8_patch_stride(filter_dims) + depth +
-         16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS) +
-         (B8_USE_AVX512VNNI || B8_USE_AVXVNNI ? 0 : B8_CHUNK_TILES * B8_TILE_PIXELS * 2 * depth);
+  const int32_t tiles = b8_gathered_tiles(filter_dims) * B8_TILE_PIXELS * b8_patch_stride(filter_dims) + depth +
+                        16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS) +
+                        (B8_USE_AVX512VNNI || B8_USE_AVXVNNI ? 0 : B8_CHUNK_TILES * B8_TILE_PIXELS * 2 * depth);
+#if B8_USE_AMX
+  /* either path's: which one runs is known only where the process asks for AMX */
+  const int32_t amx = b8_amx_scratch_size(filter_dims);
+  return amx > tiles ? amx : tiles;
+#else
+  return tiles;
+#endif
 #else
   return filter_dims->h * filter_dims->w * filter_dims->c;
 #endif
@@ -1194,7 +1367,17 @@ B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t grou
   /* The blocked filter, one int32 weight sum per (padded) output channel, then the filter's
    * weight range (B8_WEIGHTS_7BIT or 0). */
   const int32_t channels = b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
-  if (groups == 1) return channels * b8_patch_depth(filter_dims) + channels * 4 + 4;
+  if (groups == 1) {
+    const int32_t tiles = channels * b8_patch_depth(filter_dims) + channels * 4 + 4;
+#if B8_USE_AMX
+    /* Or the AMX layout, then B8_WEIGHTS_AMX: which one is known only where the process asks
+     * for AMX, so room for either. */
+    const int32_t amx = channels * b8_amx_depth(filter_dims) + 4;
+    return amx > tiles ? amx : tiles;
+#else
+    return tiles;
+#endif
+  }
 #endif
   (void)groups;
   return filter_dims->n * patch;
@@ -1203,6 +1386,20 @@ B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t grou
 B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
                                      int8_t* packed) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+#if B8_USE_AMX
+  if (groups == 1 && b8_amx_permitted()) {
+    /* [out_c / 32][depth / 4][32][4] with depth = b8_amx_depth (the patch's bytes back to back),
+     * zero-filled past the real channels and bytes, then B8_WEIGHTS_AMX. */
+    const int32_t t = B8_TILE_CHANNELS, depth = b8_amx_depth(filter_dims), channels = b8_round_up(filter_dims->n, t);
+    memset(packed, 0, (size_t)channels * depth);
+    for (int32_t oc = 0; oc < filter_dims->n; ++oc)
+      for (int32_t k = 0; k < patch; ++k)
+        packed[(((int64_t)(oc / t) * (depth / 4) + k / 4) * t + oc % t) * 4 + k % 4] = filter[(int64_t)oc * patch + k];
+    const int32_t marker = B8_WEIGHTS_AMX;
+    memcpy(packed + (int64_t)channels * depth, &marker, 4);
+    return;
+  }
+#endif
 #if B8_USE_AVX2
   if (groups == 1) {
     /* [out_c / T][depth / 4][T][4] with T = B8_TILE_CHANNELS and depth = b8_patch_depth (kernel
@@ -1253,6 +1450,15 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
   /* The shifted weights' products and terms stay within int32 for patches up to 2^15 bytes (the
    * quantizer's limit). */
   if (filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15)) return B8_ERROR_ARGUMENT;
+#endif
+#if B8_USE_AMX
+  if (conv->groups == 1 && b8_amx_permitted()) {
+    int32_t marker;
+    memcpy(&marker, packed_filter + (int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_amx_depth(filter_dims), 4);
+    if (marker != B8_WEIGHTS_AMX) return B8_ERROR_ARGUMENT; /* not packed by this build for AMX */
+    return b8_conv2d_s8_amx(conv, quant, input_dims, input, filter_dims, packed_filter, bias, output_dims, output,
+                            pixels, scratch);
+  }
 #endif
 #if B8_USE_AVX2
   /* Padded taps are read too: they must be non-negative as well to skip the sign handling. */
