@@ -115,10 +115,10 @@ static void test_conv2d_padding_and_stride(void) {
   const b8_requant_params quant = {multiplier, shift, -128, 127, 0};
   const b8_dims in_dims = {1, 3, 3, 1}, filter_dims = {1, 2, 2, 1}, out_dims = {1, 2, 2, 1};
   /* (VNNI: 32 channels per block and their weight sums; the SIMD builds gather a chunk of
-   * tiles' patches of this filter, its rows back to back; AMX its 32 x 32 accumulators and
+   * tiles' patches of this filter, its rows back to back; AMX two steps of 32 x 32 accumulators and
    * 64-byte patches.) */
-  int8_t output[4], scratch[8192], packed[4096];
-  if (b8_conv2d_s8_scratch_size(&filter_dims) > 8192 || b8_conv2d_s8_packed_size(&filter_dims, 1) > 4096) {
+  int8_t output[4], scratch[16384], packed[4096];
+  if (b8_conv2d_s8_scratch_size(&filter_dims) > 16384 || b8_conv2d_s8_packed_size(&filter_dims, 1) > 4096) {
     fprintf(stderr, "conv2d buffers larger than expected\n");
     ++failures;
     return;
