@@ -177,8 +177,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
-    if variant == "amx":
-        return _amx_conv2d_paths(case)
+    if variant == "amx":  # patches of 64 bytes or more on AMX tiles, shorter ones on the VNNI tiles
+        return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 64 else conv2d_paths(case, "avx512vnni")
     tile_pixels, tile_channels = TILES[variant]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]
@@ -297,29 +297,37 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
 
 def _amx_conv2d_paths(case: dict) -> set[str]:
     """conv2d_paths of the AMX build on a CPU and OS that grant AMX (b8_conv2d_s8_amx): groups of
-    32 pixels (one A tile where at most 16 remain), each pixel's patch rows copied (window inside
-    the input, no dilation across, the 32-byte copies of its last row inside the input) or
-    gathered, blocks of 32 channels (narrow: at most 16) and their epilogue (fused for blocks of
-    exactly 32 or 16 channels, else scalar)."""
+    32 pixels (one A tile where at most 16 remain), read in place for 1x1 stride-1 unpadded
+    convolutions where the tiles' rows (16 or 32 pixels, a patch's bytes rounded up to 64 from
+    each) stay inside the input, else each pixel's patch rows copied (window inside the input, no
+    dilation across, the 64-byte copies of its last row inside the input) or gathered; blocks of
+    32 channels (narrow: at most 16) and their epilogue (fused for blocks of exactly 32 or 16
+    channels, else scalar)."""
     weight = case["weight"]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
     (sh, sw), (top, left), (dh, dw) = case["strides"], case["padding"], case["dilation"]
     group_pixels, block = TILES["amx"]
+    depth = -(-kh * kw * cin // 64) * 64
+    pointwise = (kh, kw, sh, sw, top, left) == (1, 1, 1, 1, 0, 0) and (h, w) == (oh, ow)
     paths, groups = {"amx"}, 0
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
+        in_place = np.zeros(max(end - begin, 0), bool)
         for first in range(begin, end, group_pixels):
             groups += 1
             count = min(group_pixels, end - first)
             paths.add("whole pixel group" if count == group_pixels else "partial pixel group")
             paths |= {"one patch tile"} if count <= 16 else set()
-        pixel = np.arange(begin, max(begin, end))
+            if pointwise and (first + (32 if count > 16 else 16) - 1) * cin + depth <= n * h * w * cin:
+                paths.add("pointwise in place")
+                in_place[first - begin : first - begin + count] = True
+        pixel = np.arange(begin, max(begin, end))[~in_place]
         ix0, iy0 = pixel % ow * sw - left, pixel // ow % oh * sh - top
         last_row = ((pixel // (ow * oh) * h + iy0 + (kh - 1) * dh) * w + ix0) * cin
         copied = ((dw == 1) & (ix0 >= 0) & (ix0 + kw <= w) & (iy0 >= 0) & (iy0 + (kh - 1) * dh < h)
-                  & (last_row + -(-kw * cin // 32) * 32 <= n * h * w * cin))
+                  & (last_row + -(-kw * cin // 64) * 64 <= n * h * w * cin))
         paths |= {"rows copied"} if copied.any() else set()
         paths |= {"gathered"} if (~copied).any() else set()
     if groups > 1:

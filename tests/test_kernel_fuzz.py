@@ -89,10 +89,13 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # VNNI also has narrow tiles and 32-channel epilogues.
 VARIANT_PATHS = {"avx2": AVX2_PATHS, "avxvnni": {"shifted weights", "signed offset"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights"}}
-# The AMX build's own convolution (kernel_calls._amx_conv2d_paths).
-AMX_PATHS = {"amx", "whole pixel group", "partial pixel group", "one patch tile", "several pixel groups", "rows copied",
-             "gathered", "whole channel tile", "narrow channel tile", "partial channel tile", "several channel tiles",
-             "epilogue fused x32", "epilogue fused x16", "epilogue fused clamped", "epilogue scalar", "portable"}
+# The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 64 bytes or more),
+# and the VNNI tiles of its shorter patches.
+AMX_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
+             "several pixel groups", "rows copied", "gathered", "whole channel tile", "narrow channel tile",
+             "partial channel tile", "several channel tiles", "epilogue fused x32", "epilogue fused x16",
+             "epilogue fused clamped", "epilogue scalar", "portable", "tile", "shifted weights", "pointwise",
+             "in place", "contiguous patch"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni", "amx"])

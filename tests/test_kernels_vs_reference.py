@@ -130,18 +130,21 @@ CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | {"epilogue fused x16", "epilogue fu
                         "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",
                                        "epilogue fused clamped"}}
-# The AMX build's convolution (kernel_calls._amx_conv2d_paths): its own groups of pixels and
-# blocks of channels, patches copied or gathered.
-AMX_CONV2D_PATHS = {"amx", "whole pixel group", "partial pixel group", "one patch tile", "several pixel groups",
-                    "rows copied", "gathered", "whole channel tile", "narrow channel tile", "partial channel tile",
-                    "several channel tiles", "epilogue fused x32", "epilogue fused x16", "epilogue fused clamped",
-                    "epilogue scalar"}
+# The AMX build's convolution on patches of 64 bytes or more (kernel_calls._amx_conv2d_paths):
+# its own groups of pixels and blocks of channels, patches read in place, copied or gathered.
+AMX_CONV2D_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
+                    "several pixel groups", "rows copied", "gathered", "whole channel tile", "narrow channel tile",
+                    "partial channel tile", "several channel tiles", "epilogue fused x32", "epilogue fused x16",
+                    "epilogue fused clamped", "epilogue scalar"}
 
 
 def conv2d_expected_paths(variant: str) -> set[str]:
     """Every path of the SIMD convolution of one build (kernel_calls.conv2d_paths names them)."""
     if variant == "amx":
-        return AMX_CONV2D_PATHS
+        # Patches under 64 bytes run on the VNNI tiles: the cases' small ones take VNNI's paths but
+        # those of larger filters (per tap, its chunks) or patches (rows of windows, tall kernels).
+        small = {"per tap", "several tiles per chunk", "row of windows", "tall kernel"}
+        return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small
     return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
 
 

@@ -192,6 +192,34 @@ static int32_t b8_gathered_tiles(const b8_dims* filter_dims) {
   return b8_patch_contiguous(filter_dims) ? B8_CHUNK_TILES : 1;
 }
 
+/* The vector output stage, 8 channels at a time, of `count` pixels x `channels` (a multiple of 8)
+ * from oc0: acc holds each pixel's B8_TILE_CHANNELS sums (from the bias), out its rows (out_c
+ * bytes apart, from channel 0); table is b8_estimate_table's (padded_c per constant). */
+static void b8_output_x8(const int32_t* acc, int32_t count, int32_t channels, int32_t oc0,
+                         const b8_requant_params* quant, const float* table, int32_t padded_c, int8_t* out,
+                         int32_t out_c) {
+  const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
+  const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
+  for (int32_t half = 0; half < channels; half += 8) {
+    const int32_t oc = oc0 + half;
+    b8_estimate_x8_params estimate;
+    estimate.scale = _mm256_loadu_ps(table + oc);
+    estimate.offset_nonnegative = _mm256_loadu_ps(table + padded_c + oc);
+    estimate.offset_negative = _mm256_loadu_ps(table + 2 * padded_c + oc);
+    for (int32_t p = 0; p < count; ++p) {
+      const __m256i sum = _mm256_loadu_si256((const __m256i*)(acc + p * B8_TILE_CHANNELS + half));
+      __m256i unsure = _mm256_setzero_si256();
+      __m256i y = b8_estimate_x8(sum, &estimate, &unsure);
+      if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
+        const __m256i right = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
+        y = _mm256_add_epi32(b8_requantize_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right),
+                             zero_point);
+      }
+      b8_store_s8x8(out + (int64_t)p * out_c + oc, y, lo, hi);
+    }
+  }
+}
+
 /* Copies `rows` kernel rows of `run` bytes, `row_stride` bytes apart in the input, back to back
  * into patch, 32 bytes at a time: up to 31 bytes past each row are read, and written where the
  * next row then goes (or past the patch's last row). */
@@ -957,8 +985,6 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   int8_t* split = (int8_t*)(table + 3 * padded_c);
 #endif
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + padded_c, table + 2 * padded_c);
-  const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
-  const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
    * waste part of every tile). The coordinates of the next pixel are stepped along instead of
    * divided out per pixel (the divisions cost as much as the arithmetic of a small-patch tile). */
@@ -1143,25 +1169,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #endif
         if (fused) continue;
         if (vector_epilogue) {
-          for (int32_t half = 0; half < channels; half += 8) {
-            const int32_t oc = oc0 + half;
-            b8_estimate_x8_params estimate;
-            estimate.scale = _mm256_loadu_ps(table + oc);
-            estimate.offset_nonnegative = _mm256_loadu_ps(table + padded_c + oc);
-            estimate.offset_negative = _mm256_loadu_ps(table + 2 * padded_c + oc);
-            for (int32_t p = 0; p < count; ++p) {
-              const __m256i sum = _mm256_loadu_si256((const __m256i*)(acc[p] + half));
-              __m256i unsure = _mm256_setzero_si256();
-              __m256i y = b8_estimate_x8(sum, &estimate, &unsure);
-              if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
-                const __m256i right = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
-                y = _mm256_add_epi32(
-                    b8_requantize_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right),
-                    zero_point);
-              }
-              b8_store_s8x8(out + (int64_t)p * out_c + oc, y, lo, hi);
-            }
-          }
+          b8_output_x8(acc[0], count, channels, oc0, quant, table, padded_c, out, out_c);
           continue;
         }
         for (int32_t p = 0; p < count; ++p)
@@ -1238,6 +1246,14 @@ static int b8_amx_permitted(void) {
  * patches, the bias) happen before the tile instructions after it. */
 #define B8_AMX_STORES_DONE() __asm__ volatile("" : : : "memory")
 
+/* Whether a plain (groups = 1) convolution with this filter runs on the AMX tiles: AMX is
+ * granted, and patches have 64 bytes or more (a tile's row: shorter ones are padded to it, and
+ * the VNNI tiles ran MobileNetV2's layers on 16 input channels and its 3-channel stem 1.1-1.2x
+ * faster). Its filter is packed for the path that runs it. */
+static int b8_amx_suits(const b8_dims* filter_dims) {
+  return filter_dims->h * filter_dims->w * filter_dims->c >= 64 && b8_amx_permitted();
+}
+
 /* The tile configuration (palette 1): tiles 0-3 accumulators, 4-5 patches, 6-7 weights, each 16
  * rows of 64 bytes. */
 typedef struct {
@@ -1246,18 +1262,18 @@ typedef struct {
   uint8_t rows[16];
 } b8_amx_config;
 
-/* The accumulator tiles of one step: `count` (1-32) pixels' patches (`depth` bytes apart) times
- * a block of `channels` (1-32) of w ([depth / 4][32][4]: a B tile's rows 128 bytes apart), from
- * the bias (each accumulator row read from one address: stride 0). Tiles 0 and 1 hold pixels
- * 0-15, channels 0-15 and 16-31; tiles 2 and 3 pixels 16-31. */
-B8_INLINE void b8_amx_tiles(const int8_t* patches, int32_t depth, const int8_t* w, const int32_t* bias,
-                            int32_t channels, int32_t count) {
+/* The accumulator tiles of one step: `count` (1-32) pixels' patches (`stride` bytes apart, `depth`
+ * bytes read from each) times a block of `channels` (1-32) of w ([depth / 4][32][4]: a B tile's
+ * rows 128 bytes apart), from the bias (each accumulator row read from one address: stride 0).
+ * Tiles 0 and 1 hold pixels 0-15, channels 0-15 and 16-31; tiles 2 and 3 pixels 16-31. */
+B8_INLINE void b8_amx_tiles(const int8_t* patches, int64_t stride, int32_t depth, const int8_t* w,
+                            const int32_t* bias, int32_t channels, int32_t count) {
   _tile_loadd(0, bias, 0);
   _tile_loadd(1, bias + 16, 0);
   _tile_loadd(2, bias, 0);
   _tile_loadd(3, bias + 16, 0);
   for (int32_t k = 0; k < depth; k += 64) {
-    _tile_loadd(4, patches + k, depth);
+    _tile_loadd(4, patches + k, stride);
     _tile_loadd(6, w + (int64_t)k * 32, 128);
     _tile_dpbssd(0, 4, 6);
     if (channels > 16) {
@@ -1265,7 +1281,7 @@ B8_INLINE void b8_amx_tiles(const int8_t* patches, int32_t depth, const int8_t* 
       _tile_dpbssd(1, 4, 7);
     }
     if (count > 16) {
-      _tile_loadd(5, patches + 16 * (int64_t)depth + k, depth);
+      _tile_loadd(5, patches + 16 * stride + k, stride);
       _tile_dpbssd(2, 5, 6);
       if (channels > 16) _tile_dpbssd(3, 5, 7);
     }
@@ -1281,7 +1297,8 @@ typedef struct {
 } b8_amx_step;
 
 /* A step's output stage: in registers for blocks of exactly 32 or 16 channels (b8_block_finish,
- * two or four pixels per 64 bytes), else scalar. */
+ * two or four pixels per 64 bytes), 8 channels at a time for other multiples of 8
+ * (b8_output_x8: MobileNetV2's 24-channel layers ran 15-17x slower scalar), else scalar. */
 static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quant, const float* table,
                           int32_t padded_c, int32_t out_c, int vector_epilogue) {
   const int32_t* acc = step->acc;
@@ -1308,6 +1325,10 @@ static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quan
 #undef B8_ACC
     return;
   }
+  if (vector_epilogue) {
+    b8_output_x8(acc, count, channels, step->oc0, quant, table, padded_c, out - step->oc0, out_c);
+    return;
+  }
   for (int32_t p = 0; p < count; ++p)
     for (int32_t c = 0; c < channels; ++c)
       out[(int64_t)p * out_c + c] = b8_output_s8(acc[p * B8_TILE_CHANNELS + c], quant, step->oc0 + c);
@@ -1326,6 +1347,14 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
   const int64_t row_stride = (int64_t)conv->dilation_h * in_w * in_c;
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
+  /* 1x1, stride 1, no padding (ResNet-50's and MobileNetV2's 1x1 layers): pixel p's patch is the
+   * input's pixel p, so a group's tiles read the input in place, rows in_c bytes apart (the bytes
+   * past a pixel's in_c are the next pixel's, against zero weights), where those reads stay inside
+   * the input; else its pixels are copied. */
+  const int pointwise = k_h == 1 && k_w == 1 && conv->stride_h == 1 && conv->stride_w == 1 && conv->pad_top == 0 &&
+                        conv->pad_left == 0 && input_dims->h == out_h && input_dims->w == out_w;
+#define B8_AMX_IN_PLACE(first, count) \
+  (pointwise && ((first) + ((count) > 16 ? 32 : 16) - 1) * in_c + depth <= input_end - input)
   const int32_t chunk_pixels = b8_amx_chunk_groups(filter_dims) * B8_AMX_PIXELS;
   /* Tile rows start on cache lines (a row across two lines costs two loads). */
   int8_t* patches = scratch + (-(uintptr_t)scratch & 63);
@@ -1356,6 +1385,17 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
     const int32_t chunk_count = end - chunk < chunk_pixels ? (int32_t)(end - chunk) : chunk_pixels;
     for (int32_t p = 0; p < chunk_count; ++p) {
       int8_t* patch = patches + (int64_t)p * depth;
+      const int32_t first = p / B8_AMX_PIXELS * B8_AMX_PIXELS;
+      if (B8_AMX_IN_PLACE(chunk + first, chunk_count - first)) { /* read in place: its coordinates only */
+        if (++ox == out_w) {
+          ox = 0;
+          if (++oy == out_h) {
+            oy = 0;
+            image += image_size;
+          }
+        }
+        continue;
+      }
       const int32_t ix0 = ox * conv->stride_w - conv->pad_left, iy0 = oy * conv->stride_h - conv->pad_top;
       const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
       if (conv->dilation_w == 1 && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 && iy0 + last_row_offset < input_dims->h &&
@@ -1376,7 +1416,11 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
       const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
       for (int32_t g = 0; g < chunk_count; g += B8_AMX_PIXELS) {
         const int32_t count = chunk_count - g < B8_AMX_PIXELS ? chunk_count - g : B8_AMX_PIXELS;
-        b8_amx_tiles(patches + (int64_t)g * depth, depth, packed + (int64_t)oc0 * depth, start + oc0, channels, count);
+        if (B8_AMX_IN_PLACE(chunk + g, count))
+          b8_amx_tiles(input + (chunk + g) * in_c, in_c, depth, packed + (int64_t)oc0 * depth, start + oc0, channels, count);
+        else
+          b8_amx_tiles(patches + (int64_t)g * depth, depth, depth, packed + (int64_t)oc0 * depth, start + oc0, channels,
+                       count);
         /* The previous step's output while the tile unit computes this one's (the deeper layers
          * of ResNet-18 1.12x). */
         if (pending.acc) b8_amx_finish(&pending, quant, table, padded_c, out_c, vector_epilogue);
@@ -1397,6 +1441,7 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
   if (pending.acc) b8_amx_finish(&pending, quant, table, padded_c, out_c, vector_epilogue);
   _tile_release();
   return B8_OK;
+#undef B8_AMX_IN_PLACE
 }
 #undef B8_AMX_STORES_DONE
 #endif /* B8_USE_AMX */
@@ -1450,7 +1495,7 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups,
                                      int8_t* packed) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
 #if B8_USE_AMX
-  if (groups == 1 && b8_amx_permitted()) {
+  if (groups == 1 && b8_amx_suits(filter_dims)) {
     /* [out_c / 32][depth / 4][32][4] with depth = b8_amx_depth (the patch's bytes back to back),
      * zero-filled past the real channels and bytes, then B8_WEIGHTS_AMX. */
     const int32_t t = B8_TILE_CHANNELS, depth = b8_amx_depth(filter_dims), channels = b8_round_up(filter_dims->n, t);
@@ -1515,7 +1560,7 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
   if (filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15)) return B8_ERROR_ARGUMENT;
 #endif
 #if B8_USE_AMX
-  if (conv->groups == 1 && b8_amx_permitted()) {
+  if (conv->groups == 1 && b8_amx_suits(filter_dims)) {
     int32_t marker;
     memcpy(&marker, packed_filter + (int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_amx_depth(filter_dims), 4);
     if (marker != B8_WEIGHTS_AMX) return B8_ERROR_ARGUMENT; /* not packed by this build for AMX */
