@@ -50,7 +50,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,squeezenet1_1"
 BUILDS = ("amx", "avx512vnni", "avxvnni", "avx2", "portable")  # byoc-int8 kernel builds, fastest first
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")
 
 
 # ---------------------------------------------------------------------------------------------
