@@ -249,10 +249,12 @@ typedef struct {
  * a tenth of the patch or more, the rows back to back and the patch padded once; then the weight
  * sums, and whether every weight lies in [-64, 64], which gives AVX2 faster exact paths: for
  * such filters on 4 or more blocks the AVX2 layout holds w + 64; the AVX-512 VNNI and AVX-VNNI
- * layouts hold w + 128 where blocks x padded patch bytes reach 128). `input_nonnegative`: every
- * input value is >= 0 (e.g. after a relu), which lets the AVX2 path skip its sign handling.
- * `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. The AVX-512 VNNI and AVX-VNNI
- * builds return B8_ERROR_ARGUMENT for patches (kernel_h x kernel_w x in_channels / groups) of
+ * layouts hold w + 128 where blocks x padded patch bytes reach 128; the AMX build, for patches of
+ * 64 bytes or more where the process may use AMX, blocks of 32 channels x 4 bytes of the patch's
+ * rows back to back, padded with zero weights to a multiple of 64, the weights as they are).
+ * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
+ * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. The AVX-512
+ * VNNI, AVX-VNNI and AMX builds return B8_ERROR_ARGUMENT for patches (kernel_h x kernel_w x in_channels / groups) of
  * more than 2^15 bytes, past which an int32 accumulator could overflow anyway. */
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups);
 B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,

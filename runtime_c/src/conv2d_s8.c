@@ -30,7 +30,12 @@
  *    filters multiply a + 128 (signed inputs) as the unsigned operand by w, less 128 x the
  *    channel's weight sum (stored after the packed filter). Exact while the patch is at most
  *    2^15 bytes.
- * In both SIMD paths the accumulators start from the bias (and the pixel's term); a kernel row
+ *  - AMX (B8_USE_AMX, on top of AVX-512 VNNI; patches of 64 bytes or more, where Linux grants
+ *    the process AMX's tile state): groups of 32 pixels' patches, gathered (1x1 stride-1 layers:
+ *    read in place), times blocks of 32 channels by tdpbssd, signed times signed, into four tiles
+ *    of 16 x 16 int32; each step's tiles are stored and requantized by the VNNI output stage
+ *    while the next step's tiles compute (b8_conv2d_s8_amx).
+ * In the SIMD tiles the accumulators start from the bias (and the pixel's term); a kernel row
  * is padded to whole 4-byte steps (zero weights) so that the tiles read it in place in the input
  * whatever the channel count; and whole channel blocks (16, or 32 / 16 for VNNI) requantize in
  * the tile's registers and pack several pixels to bytes at once, since with short patches (1x1
