@@ -50,7 +50,7 @@ KERNEL_BUILDS = [(variant, rounding) for variant in kernel_calls.VARIANTS for ro
 def kernels(request, kernel_build) -> ctypes.CDLL:
     """Each implementation of the kernels in each rounding in turn: every kernel test runs against
     each. `kernels.rounding` names the rounding it was compiled with (qarith.ROUNDINGS),
-    `kernels.variant` the implementation (portable, avx2, avxvnni, avx512vnni)."""
+    `kernels.variant` the implementation (portable, avx2, avxvnni, avx512vnni, amx)."""
     variant, rounding = request.param
     missing = missing_cpu_features(variant)
     if missing:
