@@ -168,6 +168,54 @@ def test_conv2d_cases_reach_every_simd_path(variant):
     assert reached == expected, expected ^ reached
 
 
+# Run in a fresh process (the kernels decide once per process whether AMX runs): the fuzzer's
+# plain convolutions with patches of 64 bytes or more, on the AMX build in TFLite's rounding.
+AMX_PROBE = """
+import json, sys
+import numpy as np
+sys.path[:0] = [{tests!r}, {benchmarks!r}]
+import fuzz_kernels, kernel_calls
+lib = kernel_calls.load(kernel_calls.library_path({build!r}, "amx", "tflite"), "amx", "tflite")
+cases = [case for case in (fuzz_kernels.draw("conv2d", "tflite", index, 5) for index in range(400))
+         if case["groups"] == 1 and np.prod(case["weight"].shape[1:]) >= 64][:40]
+exact = amx_packed = 0
+for case in cases:
+    exact += kernel_calls.check(lib, "conv2d", case) is None
+    cout, kh, kw, cin = case["weight"].shape
+    dims = kernel_calls.Dims(*case["weight"].shape)
+    packed = np.zeros(lib.b8_conv2d_s8_packed_size(dims, 1), np.int8)
+    lib.b8_conv2d_s8_pack_filter(dims, 1, kernel_calls.ptr(case["weight"], kernel_calls.i8), kernel_calls.ptr(packed, kernel_calls.i8))
+    at = -(-cout // 32) * 32 * -(-kh * kw * cin // 64) * 64  # the AMX layout's end: B8_WEIGHTS_AMX
+    amx_packed += packed[at : at + 4].view(np.int32)[0] == 0x616D7831
+print(json.dumps({{"cases": len(cases), "exact": exact, "amx_packed": int(amx_packed)}}))
+"""
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_amx_build_runs_the_vnni_tiles_where_amx_is_off(kernel_build, setting):
+    """The AMX build packs filters for, and runs, the AMX tiles where the process may use AMX,
+    and its VNNI tiles where it may not (BYOC_INT8_AMX=0 stands in for a CPU or OS without AMX):
+    exact both ways."""
+    import json
+    import os
+    import subprocess
+
+    from conftest import missing_cpu_features
+
+    missing = missing_cpu_features("amx")
+    if missing:
+        pytest.skip(f"the amx kernels are not tested: this CPU lacks {', '.join(sorted(missing))}")
+    env = {key: value for key, value in os.environ.items() if key != "BYOC_INT8_AMX"}
+    if setting is not None:
+        env["BYOC_INT8_AMX"] = setting
+    code = AMX_PROBE.format(tests=str(kernel_calls.ROOT / "tests"), benchmarks=str(kernel_calls.ROOT / "benchmarks"),
+                            build=str(kernel_build))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["cases"] >= 20 and result["exact"] == result["cases"], result
+    assert result["amx_packed"] == (0 if setting == "0" else result["cases"]), result
+
+
 def test_conv2d_cases_reach_the_int8_limits():
     """Across the seeds above, outputs hit both clamps (checked once, on the reference)."""
     hits = set()

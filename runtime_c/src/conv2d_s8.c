@@ -46,6 +46,7 @@
  * weights come from memory once per chunk, ahead of their use; a share's last tile has code for
  * its own pixel count.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "byoc_int8.h"
@@ -1230,15 +1231,19 @@ static void b8_amx_copy_rows(const int8_t* first_row, int64_t row_stride, int32_
       _mm512_storeu_si512((void*)(patch + i), _mm512_loadu_si512((const void*)(first_row + i)));
 }
 
-/* Whether this process may use AMX: the CPU has it and Linux grants the tile data state
- * (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: 0x1023, 18), asked once. Else the VNNI
- * tiles run, and filters are packed for them. */
+/* Whether this process uses AMX, decided once: the CPU has it, the environment does not turn it
+ * off (BYOC_INT8_AMX=0, read at the first convolution or packing: the VNNI tiles then run, as on
+ * a CPU or OS without AMX), and Linux grants the tile data state (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: 0x1023, 18). Else the VNNI tiles run, and filters are
+ * packed for them. */
 static int b8_amx_permitted(void) {
   static int state; /* 0: not asked yet, 1: granted, -1: not */
   int granted = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
   if (!granted) {
     long status = -1;
-    if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8"))
+    const char* setting = getenv("BYOC_INT8_AMX");
+    if (!(setting && strcmp(setting, "0") == 0) && __builtin_cpu_supports("amx-tile") &&
+        __builtin_cpu_supports("amx-int8"))
       __asm__ volatile("syscall" : "=a"(status) : "0"(158L /* arch_prctl */), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
     granted = status == 0 ? 1 : -1;
     __atomic_store_n(&state, granted, __ATOMIC_RELEASE);
