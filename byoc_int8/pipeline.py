@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from . import build, peers, reference
 from .calibrate import DEGENERATE_RANGE, calibrate, calibration_warnings, layer_warnings
+from .codegen.emit_c import default_simd
 from .errors import CalibrationDataError
 from .frontend import export_model, import_onnx, import_tflite, to_relax
 from .inputs import load_inputs
@@ -46,6 +47,7 @@ class CompiledModel:
     regions: int
     boundary_crossings: int
     compile_seconds: float
+    kernels: str = ""  # the kernel build compiled in (emit_c.SIMD_BUILDS), or "external"
     _vm: object = field(default=None, repr=False)
     # Without an output path the library lives in a temporary directory that goes with this object.
     _scratch: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
@@ -159,6 +161,7 @@ def _build(mod: tvm.IRModule, host_ops: list, ops_total: int, output_path, simd:
         regions=len(region_functions(mod)),
         boundary_crossings=boundary_crossings(mod),
         compile_seconds=time.perf_counter() - start,
+        kernels="external" if kernels == "external" else simd or default_simd(),
         _scratch=scratch,
     )
 
@@ -282,6 +285,7 @@ def _speed(compiled: CompiledModel, inputs: np.ndarray, runs: int) -> dict:
         "latency_ms_median": latency,  # one run: the whole batch
         "images_per_second": round(compiled.batch * 1e3 / latency, 1),
         "threads": tvm.get_global_func("runtime.NumThreads")(),  # TVM's pool, as sized by byoc_int8/__init__.py
+        "kernels": compiled.kernels,  # the ISA the figures above ran on
     }
 
 

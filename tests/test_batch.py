@@ -8,6 +8,7 @@ import torch
 import tvm
 
 from byoc_int8 import build, cli
+from byoc_int8.codegen.emit_c import default_simd
 from byoc_int8.models import BUILTIN_MODELS
 from byoc_int8.pipeline import compile_model, evaluate
 
@@ -22,6 +23,7 @@ def test_run_with_batch_reports_per_image_and_images_per_second(tmp_path, capsys
     assert report["batch"] == 3 and report["eval_inputs"] == 4  # two runs, the second padded
     assert report["bit_exact"] and report["cosine_vs_float"] > 0.999
     assert report["images_per_second"] == round(3e3 / report["latency_ms_median"], 1)
+    assert report["kernels"] == default_simd()  # the kernel build the figures ran on
     # The kept library takes 3 images at a time.
     x = np.asarray(BUILTIN_MODELS["resnet18_stem"].evaluation_set(3)[0], np.float32)
     out = build.load(str(library))["main"](tvm.runtime.tensor(x))
