@@ -184,7 +184,8 @@ for case in cases:
     cout, kh, kw, cin = case["weight"].shape
     dims = kernel_calls.Dims(*case["weight"].shape)
     packed = np.zeros(lib.b8_conv2d_s8_packed_size(dims, 1), np.int8)
-    lib.b8_conv2d_s8_pack_filter(dims, 1, kernel_calls.ptr(case["weight"], kernel_calls.i8), kernel_calls.ptr(packed, kernel_calls.i8))
+    weight = kernel_calls.ptr(case["weight"], kernel_calls.i8)
+    lib.b8_conv2d_s8_pack_filter(dims, 1, weight, kernel_calls.ptr(packed, kernel_calls.i8))
     at = -(-cout // 32) * 32 * -(-kh * kw * cin // 64) * 64  # the AMX layout's end: B8_WEIGHTS_AMX
     amx_packed += packed[at : at + 4].view(np.int32)[0] == 0x616D7831
 print(json.dumps({{"cases": len(cases), "exact": exact, "amx_packed": int(amx_packed)}}))

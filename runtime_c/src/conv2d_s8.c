@@ -1191,9 +1191,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
  * 64 patch bytes (signed) by a tile of 16 x 4-byte steps x 16 channels (signed) into 16 x 16
  * int32 accumulators, exactly, in the unit beside the vector ports; one instruction does 16384
  * products, a 512-bit vpdpbusd 64. Patches are gathered into the scratch, rows back to back
- * (b8_amx_depth), 32 pixels at a time (two A tiles); each pair of 16-channel blocks (B tiles) runs
- * over them into four accumulator tiles started from the bias, stored to the scratch and
- * requantized with the VNNI tiles' epilogue. No offsets, shifts or sums: signed times signed. */
+ * (b8_amx_depth), 32 pixels at a time (two A tiles; 1x1 stride-1 layers read the input in place);
+ * each pair of 16-channel blocks (B tiles) runs over them into four accumulator tiles started from
+ * the bias, stored to the scratch and requantized with the VNNI tiles' epilogue. No offsets,
+ * shifts or sums: signed times signed. */
 enum { B8_AMX_PIXELS = 32, B8_WEIGHTS_AMX = 0x616d7831 };
 /* Filters larger than a core's L2 cache (2 MB on Sapphire Rapids; a 3x3 on 512 channels has
  * 2.4 MB) run in chunks of groups, up to B8_AMX_CHUNK_BYTES of patches (at most
@@ -1210,15 +1211,16 @@ static int32_t b8_amx_depth(const b8_dims* filter_dims) {
 }
 
 static int32_t b8_amx_chunk_groups(const b8_dims* filter_dims) {
-  if ((int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_amx_depth(filter_dims) <= B8_AMX_CHUNK_FILTER) return 1;
+  const int64_t filter_bytes = (int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_amx_depth(filter_dims);
+  if (filter_bytes <= B8_AMX_CHUNK_FILTER) return 1;
   const int32_t groups = B8_AMX_CHUNK_BYTES / (B8_AMX_PIXELS * b8_amx_depth(filter_dims));
   return groups < 1 ? 1 : groups > B8_AMX_CHUNK_GROUPS ? B8_AMX_CHUNK_GROUPS : groups;
 }
 
 static int32_t b8_amx_scratch_size(const b8_dims* filter_dims) {
   /* up to 63 bytes to the first cache line, a chunk's patches (+64 bytes: b8_amx_copy_rows's
-   * overrun of the last), two steps' accumulators (32 pixels x 32 channels), per channel the bias and the
-   * estimate's three floats */
+   * overrun of the last), two steps' accumulators (32 pixels x 32 channels), per channel the bias
+   * and the estimate's three floats */
   return 64 + b8_amx_chunk_groups(filter_dims) * B8_AMX_PIXELS * b8_amx_depth(filter_dims) + 64 +
          2 * B8_AMX_PIXELS * B8_TILE_CHANNELS * 4 + 16 * b8_round_up(filter_dims->n, B8_TILE_CHANNELS);
 }
@@ -1244,7 +1246,10 @@ static int b8_amx_permitted(void) {
     const char* setting = getenv("BYOC_INT8_AMX");
     if (!(setting && strcmp(setting, "0") == 0) && __builtin_cpu_supports("amx-tile") &&
         __builtin_cpu_supports("amx-int8"))
-      __asm__ volatile("syscall" : "=a"(status) : "0"(158L /* arch_prctl */), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+      __asm__ volatile("syscall"
+                       : "=a"(status)
+                       : "0"(158L /* arch_prctl */), "D"(0x1023L), "S"(18L)
+                       : "rcx", "r11", "memory");
     granted = status == 0 ? 1 : -1;
     __atomic_store_n(&state, granted, __ATOMIC_RELEASE);
   }
@@ -1320,9 +1325,11 @@ static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quan
 #define B8_ACC(p, half) _mm512_loadu_si512((const void*)(acc + (p) * B8_TILE_CHANNELS + 16 * (half)))
     if (channels == 32) {
       for (int32_t p = 0; p < count; p += 2) {
-        const __m512i r = b8_block_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p, 1), 1, B8_ACC(p + 1, 0), 0, B8_ACC(p + 1, 1), 1);
+        const __m512i r =
+            b8_block_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p, 1), 1, B8_ACC(p + 1, 0), 0, B8_ACC(p + 1, 1), 1);
         _mm256_storeu_si256((__m256i*)(out + (int64_t)p * out_c), _mm512_castsi512_si256(r));
-        if (p + 1 < count) _mm256_storeu_si256((__m256i*)(out + (int64_t)(p + 1) * out_c), _mm512_extracti64x4_epi64(r, 1));
+        if (p + 1 < count)
+          _mm256_storeu_si256((__m256i*)(out + (int64_t)(p + 1) * out_c), _mm512_extracti64x4_epi64(r, 1));
       }
     } else {
       for (int32_t p = 0; p < count; p += 4) {
@@ -1426,11 +1433,11 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
       const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
       for (int32_t g = 0; g < chunk_count; g += B8_AMX_PIXELS) {
         const int32_t count = chunk_count - g < B8_AMX_PIXELS ? chunk_count - g : B8_AMX_PIXELS;
+        const int8_t* w = packed + (int64_t)oc0 * depth;
         if (B8_AMX_IN_PLACE(chunk + g, count))
-          b8_amx_tiles(input + (chunk + g) * in_c, in_c, depth, packed + (int64_t)oc0 * depth, start + oc0, channels, count);
+          b8_amx_tiles(input + (chunk + g) * in_c, in_c, depth, w, start + oc0, channels, count);
         else
-          b8_amx_tiles(patches + (int64_t)g * depth, depth, depth, packed + (int64_t)oc0 * depth, start + oc0, channels,
-                       count);
+          b8_amx_tiles(patches + (int64_t)g * depth, depth, depth, w, start + oc0, channels, count);
         /* The previous step's output while the tile unit computes this one's (the deeper layers
          * of ResNet-18 1.12x). */
         if (pending.acc) b8_amx_finish(&pending, quant, table, padded_c, out_c, vector_epilogue);
@@ -1572,7 +1579,8 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
 #if B8_USE_AMX
   if (conv->groups == 1 && b8_amx_suits(filter_dims)) {
     int32_t marker;
-    memcpy(&marker, packed_filter + (int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_amx_depth(filter_dims), 4);
+    const int64_t filter_bytes = (int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_amx_depth(filter_dims);
+    memcpy(&marker, packed_filter + filter_bytes, 4);
     if (marker != B8_WEIGHTS_AMX) return B8_ERROR_ARGUMENT; /* not packed by this build for AMX */
     return b8_conv2d_s8_amx(conv, quant, input_dims, input, filter_dims, packed_filter, bias, output_dims, output,
                             pixels, scratch);
