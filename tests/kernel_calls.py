@@ -302,7 +302,7 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
     each) stay inside the input, else each pixel's patch rows copied (window inside the input, no
     dilation across, the 64-byte copies of its last row inside the input) or gathered; blocks of
     32 channels (narrow: at most 16) and their epilogue (fused for blocks of exactly 32 or 16
-    channels, else scalar)."""
+    channels, else 8 channels at a time, or scalar)."""
     weight = case["weight"]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]
@@ -342,7 +342,7 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
             if tuple(case["act"]) != (-128, 127):
                 paths.add("epilogue fused clamped")
         else:
-            paths.add("epilogue scalar")
+            paths.add("epilogue x8" if vector else "epilogue scalar")
     if cout > block:
         paths.add("several channel tiles")
     return paths

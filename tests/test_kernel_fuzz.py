@@ -94,8 +94,8 @@ VARIANT_PATHS = {"avx2": AVX2_PATHS, "avxvnni": {"shifted weights", "signed offs
 AMX_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
              "several pixel groups", "rows copied", "gathered", "whole channel tile", "narrow channel tile",
              "partial channel tile", "several channel tiles", "epilogue fused x32", "epilogue fused x16",
-             "epilogue fused clamped", "epilogue scalar", "portable", "tile", "shifted weights", "pointwise",
-             "in place", "contiguous patch"}
+             "epilogue fused clamped", "epilogue x8", "epilogue scalar", "portable", "tile", "shifted weights",
+             "pointwise", "in place", "contiguous patch"}
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni", "amx"])

@@ -135,7 +135,7 @@ CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | {"epilogue fused x16", "epilogue fu
 AMX_CONV2D_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
                     "several pixel groups", "rows copied", "gathered", "whole channel tile", "narrow channel tile",
                     "partial channel tile", "several channel tiles", "epilogue fused x32", "epilogue fused x16",
-                    "epilogue fused clamped", "epilogue scalar"}
+                    "epilogue fused clamped", "epilogue x8", "epilogue scalar"}
 
 
 def conv2d_expected_paths(variant: str) -> set[str]:
