@@ -136,6 +136,21 @@ def test_two_modules_link_into_one_library_without_a_clash(region, tmp_path):
     assert _global_symbols(tmp_path / "both.so") == {"__tvm_ffi_first", "__tvm_ffi_second"}
 
 
+def test_an_amx_cpu_with_a_compiler_without_amx_gets_the_vnni_build(monkeypatch, tmp_path):
+    """The default kernel build is one the compiler can build: GCC before 11 (here a wrapper that
+    refuses AMX's target names) turns an AMX CPU's default into the AVX-512 VNNI build."""
+    if not emit_c.SIMD_FLAGS["amx"] <= emit_c.cpu_flags():
+        pytest.skip("this CPU has no AMX: its default is not the AMX build anyway")  # hardware, not missing work
+    assert emit_c.default_simd() == "amx"
+    old_gcc = tmp_path / "old-gcc"
+    old_gcc.write_text('#!/bin/sh\nsource=$(cat)\ncase "$source" in *amx-tile*) echo "error: bad option amx-tile" >&2; '
+                       'exit 1;; esac\nprintf %s "$source" | exec gcc "$@"\n')
+    old_gcc.chmod(0o755)
+    monkeypatch.setenv("CC", str(old_gcc))
+    assert not objects.compiler_has_isa("amx") and objects.compiler_has_isa("avx512vnni")
+    assert emit_c.default_simd() == "avx512vnni"
+
+
 def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
     source = emit_c.emit_module([region], simd="portable")
     with pytest.raises(ToolchainError, match="(?s)compiling the generated model failed.*not_c"):

@@ -115,9 +115,12 @@ def cpu_flags() -> set[str]:
 
 
 def default_simd() -> str:
-    """The fastest kernel implementation this machine runs."""
+    """The fastest kernel implementation this machine runs, and its C compiler compiles (the AMX
+    build needs GCC 11 or Clang 12: with an older one an AMX CPU gets the AVX-512 VNNI build)."""
+    from .objects import compiler_has_isa  # objects imports this module
+
     flags = cpu_flags()
-    return next(simd for simd in SIMD_BUILDS if SIMD_FLAGS[simd] <= flags)
+    return next(simd for simd in SIMD_BUILDS if SIMD_FLAGS[simd] <= flags and (simd != "amx" or compiler_has_isa(simd)))
 
 
 ROW_BYTES = 96  # int8 constants: bytes per string literal in the generated C

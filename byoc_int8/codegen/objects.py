@@ -28,7 +28,7 @@ import tvm_ffi.libinfo
 
 from ..errors import ToolchainError
 from ..memory import ALIGN
-from .emit_c import ModuleSource
+from .emit_c import SIMD_PRELUDE, ModuleSource
 
 # Raised inside RunCodegen's call: registered, it reaches the caller as itself.
 tvm_ffi.register_error(ToolchainError)
@@ -99,6 +99,24 @@ def kernel_cache_dir() -> Path | None:
 def _compiler_identity(cc: str) -> str:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True)
     return f"{os.path.realpath(cc)}\n{version.stdout}"
+
+
+@functools.cache
+def _compiles_isa(cc: str, simd: str) -> bool:
+    source = SIMD_PRELUDE[simd] + "#include <immintrin.h>\nint b8_probe(void) { return 0; }\n"
+    done = subprocess.run([cc, "-x", "c", "-c", "-", "-o", os.devnull], input=source, capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def compiler_has_isa(simd: str) -> bool:
+    """Whether this machine's C compiler ($CC, else gcc) compiles the kernels of build `simd` (the
+    AMX build's tile intrinsics need GCC 11 or Clang 12); True where there is no compiler at all,
+    so that the build fails naming it."""
+    try:
+        cc = _tool("gcc", "CC")
+    except ToolchainError:
+        return True
+    return _compiles_isa(cc, simd)
 
 
 def _kernel_key(cc: str, kernels_c: str) -> str:
