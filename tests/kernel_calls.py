@@ -177,8 +177,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"}
-    if variant == "amx":  # patches of 64 bytes or more on AMX tiles, shorter ones on the VNNI tiles
-        return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 64 else conv2d_paths(case, "avx512vnni")
+    if variant == "amx":  # patches of 32 bytes or more on AMX tiles, shorter ones on the VNNI tiles
+        return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 32 else conv2d_paths(case, "avx512vnni")
     tile_pixels, tile_channels = TILES[variant]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]

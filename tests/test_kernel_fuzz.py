@@ -89,7 +89,7 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # VNNI also has narrow tiles and 32-channel epilogues.
 VARIANT_PATHS = {"avx2": AVX2_PATHS, "avxvnni": {"shifted weights", "signed offset"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights"}}
-# The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 64 bytes or more),
+# The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),
 # and the VNNI tiles of its shorter patches.
 AMX_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
              "several pixel groups", "rows copied", "gathered", "whole channel tile", "narrow channel tile",

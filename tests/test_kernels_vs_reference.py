@@ -130,7 +130,7 @@ CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | {"epilogue fused x16", "epilogue fu
                         "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",
                                        "epilogue fused clamped"}}
-# The AMX build's convolution on patches of 64 bytes or more (kernel_calls._amx_conv2d_paths):
+# The AMX build's convolution on patches of 32 bytes or more (kernel_calls._amx_conv2d_paths):
 # its own groups of pixels and blocks of channels, patches read in place, copied or gathered.
 AMX_CONV2D_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
                     "several pixel groups", "rows copied", "gathered", "whole channel tile", "narrow channel tile",
@@ -141,9 +141,10 @@ AMX_CONV2D_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial p
 def conv2d_expected_paths(variant: str) -> set[str]:
     """Every path of the SIMD convolution of one build (kernel_calls.conv2d_paths names them)."""
     if variant == "amx":
-        # Patches under 64 bytes run on the VNNI tiles: the cases' small ones take VNNI's paths but
-        # those of larger filters (per tap, its chunks) or patches (rows of windows, tall kernels).
-        small = {"per tap", "several tiles per chunk", "row of windows", "tall kernel"}
+        # Patches under 32 bytes run on the VNNI tiles: the cases' small ones take VNNI's paths but
+        # those of larger filters (per tap, its chunks; shifted weights: blocks x patch bytes of
+        # 128) or patches (rows of windows, tall kernels).
+        small = {"per tap", "several tiles per chunk", "shifted weights", "row of windows", "tall kernel"}
         return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small
     return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
 
@@ -169,7 +170,7 @@ def test_conv2d_cases_reach_every_simd_path(variant):
 
 
 # Run in a fresh process (the kernels decide once per process whether AMX runs): the fuzzer's
-# plain convolutions with patches of 64 bytes or more, on the AMX build in TFLite's rounding.
+# plain convolutions with patches of 32 bytes or more, on the AMX build in TFLite's rounding.
 AMX_PROBE = """
 import json, sys
 import numpy as np
@@ -177,7 +178,7 @@ sys.path[:0] = [{tests!r}, {benchmarks!r}]
 import fuzz_kernels, kernel_calls
 lib = kernel_calls.load(kernel_calls.library_path({build!r}, "amx", "tflite"), "amx", "tflite")
 cases = [case for case in (fuzz_kernels.draw("conv2d", "tflite", index, 5) for index in range(400))
-         if case["groups"] == 1 and np.prod(case["weight"].shape[1:]) >= 64][:40]
+         if case["groups"] == 1 and np.prod(case["weight"].shape[1:]) >= 32][:40]
 exact = amx_packed = 0
 for case in cases:
     exact += kernel_calls.check(lib, "conv2d", case) is None

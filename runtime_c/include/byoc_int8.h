@@ -250,7 +250,7 @@ typedef struct {
  * sums, and whether every weight lies in [-64, 64], which gives AVX2 faster exact paths: for
  * such filters on 4 or more blocks the AVX2 layout holds w + 64; the AVX-512 VNNI and AVX-VNNI
  * layouts hold w + 128 where blocks x padded patch bytes reach 128; the AMX build, for patches of
- * 64 bytes or more where the process may use AMX, blocks of 32 channels x 4 bytes of the patch's
+ * 32 bytes or more where the process may use AMX, blocks of 32 channels x 4 bytes of the patch's
  * rows back to back, padded with zero weights to a multiple of 64, the weights as they are).
  * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
  * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. The AVX-512

@@ -30,7 +30,7 @@
  *    filters multiply a + 128 (signed inputs) as the unsigned operand by w, less 128 x the
  *    channel's weight sum (stored after the packed filter). Exact while the patch is at most
  *    2^15 bytes.
- *  - AMX (B8_USE_AMX, on top of AVX-512 VNNI; patches of 64 bytes or more, where Linux grants
+ *  - AMX (B8_USE_AMX, on top of AVX-512 VNNI; patches of 32 bytes or more, where Linux grants
  *    the process AMX's tile state): groups of 32 pixels' patches, gathered (1x1 stride-1 layers:
  *    read in place), times blocks of 32 channels by tdpbssd, signed times signed, into four tiles
  *    of 16 x 16 int32; each step's tiles are stored and requantized by the VNNI output stage
@@ -1262,11 +1262,12 @@ static int b8_amx_permitted(void) {
 #define B8_AMX_STORES_DONE() __asm__ volatile("" : : : "memory")
 
 /* Whether a plain (groups = 1) convolution with this filter runs on the AMX tiles: AMX is
- * granted, and patches have 64 bytes or more (a tile's row: shorter ones are padded to it, and
- * the VNNI tiles ran MobileNetV2's layers on 16 input channels and its 3-channel stem 1.1-1.2x
- * faster). Its filter is packed for the path that runs it. */
+ * granted, and patches have 32 bytes or more (a tile's row is 64: shorter ones are padded to it;
+ * the VNNI tiles ran MobileNetV2's 1x1 layer on 16 input channels and its 3-channel stem 1.1-1.2x
+ * faster, the AMX tiles its 1x1 layers on 32 channels 1.0-1.2x). Its filter is packed for the
+ * path that runs it. */
 static int b8_amx_suits(const b8_dims* filter_dims) {
-  return filter_dims->h * filter_dims->w * filter_dims->c >= 64 && b8_amx_permitted();
+  return filter_dims->h * filter_dims->w * filter_dims->c >= 32 && b8_amx_permitted();
 }
 
 /* The tile configuration (palette 1): tiles 0-3 accumulators, 4-5 patches, 6-7 weights, each 16
