@@ -282,17 +282,21 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
         if variant == "avx512vnni" and channels <= 16:
             paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
-        if vector and channels in ((16, 32) if variant == "avx512vnni" else (16,)):
-            # Requantized in the tile's registers, packed to bytes; "clamped" when act_min /
-            # act_max are not the int8 limits (the byte clamp after the saturating packs).
-            paths.add(f"epilogue fused x{channels}")
-            if tuple(case["act"]) != (-128, 127):
-                paths.add("epilogue fused clamped")
-        else:
-            paths.add("epilogue x8" if vector else "epilogue scalar")
+        paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,))
     if cout > tile_channels:
         paths.add("several channel tiles")
     return paths
+
+
+def _epilogue_paths(case: dict, vector: bool, channels: int, fused: tuple[int, ...]) -> set[str]:
+    """The output stage of a block of `channels`: requantized in registers and packed to bytes for
+    the `fused` widths ("clamped" when act_min / act_max are not the int8 limits: the byte clamp
+    after the saturating packs), else 8 channels at a time where `vector` (no shift > 0, channels a
+    multiple of 8), else scalar."""
+    if vector and channels in fused:
+        clamped = {"epilogue fused clamped"} if tuple(case["act"]) != (-128, 127) else set()
+        return {f"epilogue fused x{channels}"} | clamped
+    return {"epilogue x8" if vector else "epilogue scalar"}
 
 
 def _amx_conv2d_paths(case: dict) -> set[str]:
@@ -337,12 +341,7 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
         channels = min(block, cout - oc0)
         paths.add("whole channel tile" if channels == block else "narrow channel tile" if channels <= 16
                   else "partial channel tile")
-        if vector and channels in (16, 32):
-            paths.add(f"epilogue fused x{channels}")
-            if tuple(case["act"]) != (-128, 127):
-                paths.add("epilogue fused clamped")
-        else:
-            paths.add("epilogue x8" if vector else "epilogue scalar")
+        paths |= _epilogue_paths(case, vector, channels, (16, 32))
     if cout > block:
         paths.add("several channel tiles")
     return paths
