@@ -147,8 +147,8 @@ def main() -> None:
     peaks, peak_error = measure_peaks([1])
     if peak_error:
         sys.exit(peak_error)
-    peak = {"amx": peaks.get(("amx", 1)), "avx512vnni": peaks.get(("avx512vnni", 1)), "avxvnni": peaks.get(("avxvnni", 1)),
-            "avx2": peaks.get(("avx2", 1)), "portable": peaks.get(("avx2", 1))}
+    peak = {isa: peaks.get((isa, 1)) for isa in ("amx", "avx512vnni", "avxvnni", "avx2")}
+    peak["portable"] = peak["avx2"]
     rng = np.random.default_rng(0)
     for model in args.models.split(","):
         layers = [Layer(s, rng, args.symmetric, args.weight_max) for s in layer_shapes(model)]
