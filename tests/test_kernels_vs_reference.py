@@ -2,6 +2,9 @@
 kernel build and rounding (the `kernels` fixture) with and without zero points."""
 
 import ctypes
+import json
+import os
+import subprocess
 import sys
 from collections import Counter
 
@@ -10,6 +13,7 @@ import pytest
 
 import kernel_calls
 from byoc_int8 import layout, qarith
+from conftest import missing_cpu_features
 
 SEEDS = range(40)
 
@@ -198,12 +202,6 @@ def test_amx_build_runs_the_vnni_tiles_where_amx_is_off(kernel_build, setting):
     """The AMX build packs filters for, and runs, the AMX tiles where the process may use AMX,
     and its VNNI tiles where it may not (BYOC_INT8_AMX=0 stands in for a CPU or OS without AMX):
     exact both ways."""
-    import json
-    import os
-    import subprocess
-
-    from conftest import missing_cpu_features
-
     missing = missing_cpu_features("amx")
     if missing:
         pytest.skip(f"the amx kernels are not tested: this CPU lacks {', '.join(sorted(missing))}")

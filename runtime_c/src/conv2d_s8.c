@@ -1402,25 +1402,18 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
   for (int64_t chunk = begin; chunk < end; chunk += chunk_pixels) {
     const int32_t chunk_count = end - chunk < chunk_pixels ? (int32_t)(end - chunk) : chunk_pixels;
     for (int32_t p = 0; p < chunk_count; ++p) {
-      int8_t* patch = patches + (int64_t)p * depth;
-      const int32_t first = p / B8_AMX_PIXELS * B8_AMX_PIXELS;
-      if (B8_AMX_IN_PLACE(chunk + first, chunk_count - first)) { /* read in place: its coordinates only */
-        if (++ox == out_w) {
-          ox = 0;
-          if (++oy == out_h) {
-            oy = 0;
-            image += image_size;
-          }
-        }
-        continue;
+      const int32_t first = p / B8_AMX_PIXELS * B8_AMX_PIXELS; /* of the pixel's group */
+      if (!B8_AMX_IN_PLACE(chunk + first, chunk_count - first)) { /* else only its coordinates */
+        int8_t* patch = patches + (int64_t)p * depth;
+        const int32_t ix0 = ox * conv->stride_w - conv->pad_left, iy0 = oy * conv->stride_h - conv->pad_top;
+        const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
+        if (conv->dilation_w == 1 && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 &&
+            iy0 + last_row_offset < input_dims->h &&
+            b8_round_up(run, 64) <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c))
+          b8_amx_copy_rows(first_row, row_stride, k_h, run, patch); /* the window inside the input */
+        else
+          b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, run, patch);
       }
-      const int32_t ix0 = ox * conv->stride_w - conv->pad_left, iy0 = oy * conv->stride_h - conv->pad_top;
-      const int8_t* first_row = image + ((int64_t)iy0 * in_w + ix0) * in_c;
-      if (conv->dilation_w == 1 && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 && iy0 + last_row_offset < input_dims->h &&
-          b8_round_up(run, 64) <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c))
-        b8_amx_copy_rows(first_row, row_stride, k_h, run, patch); /* the window inside the input */
-      else
-        b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, run, patch);
       if (++ox == out_w) {
         ox = 0;
         if (++oy == out_h) {
