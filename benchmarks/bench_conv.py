@@ -100,9 +100,9 @@ class Layer:
         in_dims, filter_dims, _ = self.dims
         # 64-byte aligned, as the generated model allocates it (runtime_c/tvm/tvm_adapter.c): a
         # 512-bit load of weights across two cache lines costs more.
-        packed = aligned_zeros(lib.b8_conv2d_s8_packed_size(filter_dims, 1))
-        lib.b8_conv2d_s8_pack_filter(filter_dims, 1, ptr(self.weight, i8), ptr(packed, i8))
-        scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
+        packed = aligned_zeros(lib.b8_conv2d_s8_packed_size(self.conv, filter_dims))
+        lib.b8_conv2d_s8_pack_filter(self.conv, filter_dims, ptr(self.weight, i8), ptr(packed, i8))
+        scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(self.conv, filter_dims), np.int8)
         # The arguments converted once: ctypes conversions per call would cost as much as a
         # small layer.
         args = (ctypes.byref(self.conv), ctypes.byref(self.quant), ctypes.byref(in_dims), ptr(self.x, i8),

@@ -250,7 +250,8 @@ def _conv_rest(rng, case: dict, in_c: int, weight: np.ndarray, out_c: int, terms
 def gen_conv2d(rng) -> dict:
     """Plain (groups 1, channel counts around whole tiles), stems (3x3 or 7x7 on 3 channels over
     rows wide enough for whole tiles of windows: patches gathered whole), pointwise (1x1, stride
-    1, on a multiple of 4 channels: the input's pixels as patches, in chunks of tiles), grouped,
+    1, on a multiple of 4 channels: the input's pixels as patches, in chunks of tiles), 3x3
+    stride-1 on 16-128 channels (now and then the most a 2^15-byte patch holds), grouped,
     depthwise-shaped grouped, and now and then a patch at the longest the VNNI tile takes signed
     (2^15 bytes)."""
     r = rng.random()
@@ -270,6 +271,18 @@ def gen_conv2d(rng) -> dict:
         case = {"groups": 1, "n": n, "hw": (h, w), "kernel": (1, 1), "strides": (1, 1), "padding": (0, 0),
                 "dilation": (1, 1), "out_hw": (h, w)}
         return _conv_rest(rng, case, in_c, weights(rng, (out_c, 1, 1, in_c)), out_c, in_c)
+    if 0.6 <= r < 0.65:  # 3x3 stride 1 on a multiple of 16 channels (the AVX2 build's Winograd path)
+        in_c = 16 * int(rng.integers(1, 9)) if chance(rng, 0.95) else MAX_PATCH // 9 // 16 * 16
+        out_c = channels(rng) if in_c <= 128 else int(rng.integers(1, 33))  # a pixel's MACs stay in bounds
+        n = 1 if chance(rng, 0.7) else int(rng.integers(2, 4))
+        while True:
+            h, w = extent(rng, 20), extent(rng, 20)
+            (top, oh), (left, ow) = window(rng, h, 3, 1, 1), window(rng, w, 3, 1, 1)
+            if n * oh * ow * out_c * 9 * in_c <= 4_000_000:
+                break
+        case = {"groups": 1, "n": n, "hw": (h, w), "kernel": (3, 3), "strides": (1, 1), "padding": (top, left),
+                "dilation": (1, 1), "out_hw": (oh, ow)}
+        return _conv_rest(rng, case, in_c, weights(rng, (out_c, 3, 3, in_c)), out_c, 9 * in_c)
     if r < 0.6:
         groups, group_in, group_out = 1, channels(rng), channels(rng)
     elif r < 0.8:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import memory, qarith, reference
-from .codegen.emit_c import ROUNDING_MACROS, RUNTIME_C, RegionEmitter, _c_float, _c_ints, c_safe, footprint, kernel_files
+from .codegen.emit_c import KERNEL_FILES, ROUNDING_MACROS, RUNTIME_C, RegionEmitter, _c_float, _c_ints, c_safe, footprint, kernel_files
 from .errors import UserError
 from .partition import region_functions
 from .pipeline import CompiledModel
@@ -88,7 +88,7 @@ def export_c(compiled: CompiledModel, directory: str | os.PathLike, inputs: np.n
         "model.h": _model_h(workspace, in_shape, out_shape, q_in, q_out, len(emitter.labels), int8_in or int8_out),
         "model.c": _model_c(symbol, region_c, emitter.labels, codes),
         "test_model.c": _test_model_c(compiled, qgraph, inputs),
-        "CMakeLists.txt": _CMAKE,
+        "CMakeLists.txt": _CMAKE.replace("@KERNELS@", " ".join(KERNEL_FILES + ["serial.c"])),
     }
     rounding = ROUNDING_MACROS[qgraph.format.rounding]
     for path in kernel_files() + [RUNTIME_C / "include" / "byoc_int8_model.h", RUNTIME_C / "model" / "serial.c"]:
@@ -362,7 +362,7 @@ set(CMAKE_C_EXTENSIONS OFF)
 if(NOT CMAKE_BUILD_TYPE)
   set(CMAKE_BUILD_TYPE Release)
 endif()
-file(GLOB KERNELS conv2d_s8.c depthwise_conv2d_s8.c pool_s8.c elementwise_s8.c dense_s8.c layout_s8.c serial.c)
+file(GLOB KERNELS @KERNELS@)
 add_library(model STATIC model.c ${KERNELS})
 target_include_directories(model PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(model PRIVATE -Wall -Wextra -Werror -pedantic)

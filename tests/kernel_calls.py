@@ -92,9 +92,9 @@ def ptr(array: np.ndarray, ctype):
 # Every exported function of byoc_int8.h: (result type, argument types). The mul parameters go as
 # void* so that callers may pass a structure of their own with the same fields.
 SIGNATURES = {
-    "b8_conv2d_s8_packed_size": (i32, [P(Dims), i32]),
-    "b8_conv2d_s8_pack_filter": (None, [P(Dims), i32, P(i8), P(i8)]),
-    "b8_conv2d_s8_scratch_size": (i32, [P(Dims)]),
+    "b8_conv2d_s8_packed_size": (i32, [P(ConvParams), P(Dims)]),
+    "b8_conv2d_s8_pack_filter": (None, [P(ConvParams), P(Dims), P(i8), P(i8)]),
+    "b8_conv2d_s8_scratch_size": (i32, [P(ConvParams), P(Dims)]),
     "b8_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), i32, P(Dims), P(i8), P(i32), P(Dims),
                            P(i8), P(Pixels), P(i8)]),
     "b8_depthwise_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), P(Dims), P(i8), P(i32),
@@ -179,6 +179,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         return {"portable"}
     if variant == "amx":  # patches of 32 bytes or more on AMX tiles, shorter ones on the VNNI tiles
         return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 32 else conv2d_paths(case, "avx512vnni")
+    if variant == "avx2" and winograd_suits(case):
+        return _winograd_conv2d_paths(case)
     tile_pixels, tile_channels = TILES[variant]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]
@@ -347,6 +349,53 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
     return paths
 
 
+def winograd_suits(case: dict) -> bool:
+    """Whether the AVX2 build convolves by Winograd's F(2x2, 3x3) (conv2d_winograd_s8.c,
+    b8_winograd_suits): groups 1, a 3x3 kernel, stride and dilation 1, input channels a multiple
+    of 16, patches of at most 2^15 bytes."""
+    cout, kh, kw, cin = case["weight"].shape
+    return (case["groups"] == 1 and (kh, kw) == (3, 3) and tuple(case["strides"]) == (1, 1)
+            and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and 9 * cin <= 1 << 15)
+
+
+def _winograd_conv2d_paths(case: dict) -> set[str]:
+    """conv2d_paths of the AVX2 build's Winograd path: the rows of 2x2 tiles that hold a call's
+    pixels, in blocks of b8_winograd_block_tiles (several, or a last group of fewer than 6 tiles
+    filled with spare ones), tiles whose 4x4 input reads padding, tiles with pixels not written
+    (past the output's last row or column, or outside the call's share); blocks of 16 channels
+    (partial, several) and their epilogue (8 lanes, or scalar)."""
+    cout, _, _, cin = case["weight"].shape
+    n, h, w = case["x"].shape[:3]
+    oh, ow = case["out_hw"]
+    top, left = case["padding"]
+    block = min(48, max(6, 320 * 1024 // (32 * cin) // 6 * 6))
+    tiles_w, tiles_h = -(-ow // 2), -(-oh // 2)
+    paths = {"winograd"}
+    for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
+        begin, end = max(begin, 0), min(end, n * oh * ow)
+        if begin >= end:
+            continue
+        first_row = begin // (oh * ow) * tiles_h + begin % (oh * ow) // ow // 2
+        last_row = (end - 1) // (oh * ow) * tiles_h + (end - 1) % (oh * ow) // ow // 2
+        tiles = (last_row - first_row + 1) * tiles_w
+        paths |= {"several tile blocks"} if tiles > block else set()
+        paths |= {"spare tiles"} if tiles % block % 6 else set()
+        ty = np.arange(first_row, last_row + 1) % tiles_h
+        rows_padded = (2 * ty - top < 0) | (2 * ty - top + 4 > h)
+        columns_padded = (2 * np.arange(tiles_w) - left < 0) | (2 * np.arange(tiles_w) - left + 4 > w)
+        paths |= {"padded tile"} if rows_padded.any() or columns_padded.any() else set()
+        # A tile's pixels that are written: inside the output and the share.
+        row_start = first_row // tiles_h * oh * ow + 2 * (first_row % tiles_h) * ow
+        row_end = last_row // tiles_h * oh * ow + min(2 * (last_row % tiles_h) + 2, oh) * ow
+        paths |= {"tile partly written"} if oh % 2 or ow % 2 or row_start != begin or row_end != end else set()
+    vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
+    for oc0 in range(0, cout, 16):
+        paths |= {"partial channel tile"} if cout - oc0 < 16 else set()
+        paths |= {"epilogue x8" if vector else "epilogue scalar"}
+    paths |= {"several channel tiles"} if cout > 16 else set()
+    return paths
+
+
 def depthwise_paths(case: dict, variant: str) -> set[str]:
     """The code paths of b8_depthwise_conv2d_s8 (runtime_c/src/depthwise_conv2d_s8.c) that a case takes in a
     kernel build, as that file chooses them: portable (any channel multiplier), or the SIMD code
@@ -441,9 +490,9 @@ def call_conv2d(lib, case: dict):
     out = np.full((n, oh, ow, cout), case["fill"], np.int8)
     conv = ConvParams(*case["strides"], *case["padding"], *case["dilation"], groups, case["pad_value"])
     filter_dims = Dims(*weight.shape)
-    packed = np.zeros(lib.b8_conv2d_s8_packed_size(filter_dims, groups), np.int8)
-    lib.b8_conv2d_s8_pack_filter(filter_dims, groups, ptr(weight, i8), ptr(packed, i8))
-    scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(filter_dims), np.int8)
+    packed = np.zeros(lib.b8_conv2d_s8_packed_size(conv, filter_dims), np.int8)
+    lib.b8_conv2d_s8_pack_filter(conv, filter_dims, ptr(weight, i8), ptr(packed, i8))
+    scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(conv, filter_dims), np.int8)
     for pixels in _ranges(case):
         status = lib.b8_conv2d_s8(conv, _requant(case), Dims(*x.shape), ptr(x, i8), int(case["nonnegative"]),
                                   filter_dims, ptr(packed, i8), None if bias is None else ptr(bias, i32),

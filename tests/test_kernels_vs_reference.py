@@ -130,7 +130,9 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
 AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 # The paths of each SIMD build's convolution beyond SIMD_PATHS: AVX-VNNI's shifted weights or
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles.
-CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
+# AVX2 only: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths).
+WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written"}
+CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",
                                        "epilogue fused clamped"}}
@@ -169,6 +171,8 @@ def test_conv2d_cases_reach_every_simd_path(variant):
         reached |= kernel_calls.conv2d_paths(stem_case(seed), variant)
     for seed in POINTWISE_SEEDS:
         reached |= kernel_calls.conv2d_paths(pointwise_case(seed), variant)
+    for seed in WINOGRAD_SEEDS:
+        reached |= kernel_calls.conv2d_paths(winograd_case(seed), variant)
     expected = conv2d_expected_paths(variant)
     assert reached == expected, expected ^ reached
 
@@ -188,9 +192,10 @@ for case in cases:
     exact += kernel_calls.check(lib, "conv2d", case) is None
     cout, kh, kw, cin = case["weight"].shape
     dims = kernel_calls.Dims(*case["weight"].shape)
-    packed = np.zeros(lib.b8_conv2d_s8_packed_size(dims, 1), np.int8)
+    conv = kernel_calls.ConvParams(*case["strides"], *case["padding"], *case["dilation"], 1, case["pad_value"])
+    packed = np.zeros(lib.b8_conv2d_s8_packed_size(conv, dims), np.int8)
     weight = kernel_calls.ptr(case["weight"], kernel_calls.i8)
-    lib.b8_conv2d_s8_pack_filter(dims, 1, weight, kernel_calls.ptr(packed, kernel_calls.i8))
+    lib.b8_conv2d_s8_pack_filter(conv, dims, weight, kernel_calls.ptr(packed, kernel_calls.i8))
     at = -(-cout // 32) * 32 * -(-kh * kw * cin // 64) * 64  # the AMX layout's end: B8_WEIGHTS_AMX
     amx_packed += packed[at : at + 4].view(np.int32)[0] == 0x616D7831
 print(json.dumps({{"cases": len(cases), "exact": exact, "amx_packed": int(amx_packed)}}))
@@ -808,6 +813,76 @@ def pointwise_case(seed):
             "pixels": [(0, split), (split, n * h * w)], "fill": 0}
 
 
+WINOGRAD_SEEDS = range(10)
+
+
+def winograd_case(seed):
+    """3x3 stride-1 convolutions on 16-512 input channels (the AVX2 build's Winograd path):
+    outputs of odd and even sizes up to 18 x 18 (tiles past the last row or column, several
+    blocks of tiles, a last group of fewer than 6), padding of 0-2 on each side (tiles reading
+    padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
+    and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift),
+    signed or non-negative inputs, and one seed's values all at the int8 ends."""
+    rng = np.random.default_rng(4000 + seed)
+    cin = [16, 32, 48, 64, 16, 128, 32, 512, 16, 64][seed]
+    cout = [16, 24, 8, 64, 40, 13, 32, 16, 48, 96][seed]
+    size = 18 if cin <= 32 else 9
+    n, h, w = int(rng.integers(1, 4)), int(rng.integers(1, size + 1)), int(rng.integers(1, size + 1))
+    pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right
+    oh, ow = out_size(h, pad[0], pad[2], 3, 1, 1), out_size(w, pad[1], pad[3], 3, 1, 1)
+    if oh < 1 or ow < 1:
+        pad[2], pad[3] = pad[2] + 2, pad[3] + 2
+        oh, ow = out_size(h, pad[0], pad[2], 3, 1, 1), out_size(w, pad[1], pad[3], 3, 1, 1)
+    nonnegative = seed % 3 == 0
+    x = rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8)
+    weight = rng.integers(-127, 128, (cout, 3, 3, cin), dtype=np.int8)
+    if seed == 8:
+        x = np.where(rng.random(x.shape) < 0.5, -128, 127).astype(np.int8)
+        weight = np.where(rng.random(weight.shape) < 0.5, -127, 127).astype(np.int8)
+    multiplier, shift = random_requant(rng, cout, 9 * cin)
+    shift = np.minimum(shift, 0)
+    if seed == 4:
+        shift[-1] = 1
+    z_out = random_zero_point(rng, output=True)
+    total = n * oh * ow
+    splits = sorted(int(v) for v in rng.integers(0, total + 1, 2))
+    return {"x": x, "weight": weight, "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
+            "multiplier": multiplier, "shift": shift, "groups": 1, "strides": (1, 1), "padding": tuple(pad[:2]),
+            "dilation": (1, 1), "out_hw": (oh, ow), "pad_value": 0 if nonnegative else random_zero_point(rng),
+            "output_zero_point": z_out, "act": random_act(rng, z_out), "nonnegative": nonnegative,
+            "pixels": [(0, splits[0]), (splits[0], splits[1]), (splits[1], total)], "fill": 0}
+
+
+@pytest.mark.parametrize("seed", WINOGRAD_SEEDS)
+def test_conv2d_winograd(kernels, seed):
+    case = winograd_case(seed)
+    assert "winograd" in kernel_calls.conv2d_paths(case, "avx2")
+    expected = assert_matches(kernels, "conv2d", case)
+    assert len(np.unique(expected)) > 3
+
+
+def test_conv2d_winograd_wraps_exactly(kernels):
+    """The most input channels a patch of 2^15 bytes allows (3632, a multiple of 16), every value
+    at the int8 ends: Winograd's sums of 4 x sum(x * w) and its transformed products leave int32
+    on the way (they wrap), and the result is still exact."""
+    rng = np.random.default_rng(5)
+    cin, cout = 3632, 16
+    x = np.where(rng.random((1, 4, 5, cin)) < 0.9, -128, 127).astype(np.int8)
+    weight = np.where(rng.random((cout, 3, 3, cin)) < 0.9, -127, 127).astype(np.int8)
+    weight[1::2] = -127  # every product 128 x 127 where x is -128
+    bias = np.zeros(cout, np.int32)
+    case = {"x": x, "weight": weight, "bias": bias, "multiplier": np.full(cout, 1 << 30, np.int32),
+            "shift": np.full(cout, -22, np.int32), "groups": 1, "strides": (1, 1), "padding": (1, 1),
+            "dilation": (1, 1), "out_hw": (4, 5), "pad_value": -128, "output_zero_point": 0, "act": (-128, 127),
+            "nonnegative": False, "pixels": None, "fill": 0}
+    assert "winograd" in kernel_calls.conv2d_paths(case, "avx2")
+    sums = np.einsum("nhwc,ohwc->o", np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-128)[:, :3, :3]
+                     .astype(np.int64), weight.astype(np.int64))
+    assert 4 * np.abs(sums).max() > 1 << 30  # the Winograd-domain values pass 2^31
+    expected = assert_matches(kernels, "conv2d", case)
+    assert len(np.unique(expected)) > 3
+
+
 @pytest.mark.parametrize("seed", POINTWISE_SEEDS)
 def test_conv2d_pointwise(kernels, seed):
     case = pointwise_case(seed)
@@ -836,9 +911,10 @@ def test_conv2d_weight_range_edge(kernels, bound, cout, signed):
     shifted form (4 or more channel blocks, any inputs) multiplies w + 64 (up to 128) by a, the
     offset form (fewer blocks, signed inputs) a + 128 (up to 255) by w, in int16 pairs. Filters
     at that bound take them; one past it must not (pairs of 129 x -128 or 255 x 65 would
-    saturate). Inputs are mostly at their ends, where the pairs are largest."""
+    saturate). Inputs are mostly at their ends, where the pairs are largest. (24 input channels:
+    on multiples of 16 a 3x3 stride-1 layer runs by Winograd in that build.)"""
     rng = np.random.default_rng(7000 + bound + cout + 2 * signed)
-    cin, kernel, n, h, w = 32, 3, 1, 6, 7
+    cin, kernel, n, h, w = 24, 3, 1, 6, 7
     low = -128 if signed else 0
     x = rng.integers(low, 128, (n, h, w, cin), dtype=np.int8)
     ends = rng.random(x.shape)

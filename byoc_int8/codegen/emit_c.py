@@ -29,7 +29,7 @@ from ..layout import storage_shape
 from ..memory import MemoryPlan, plan_arena
 
 RUNTIME_C = Path(__file__).resolve().parents[2] / "runtime_c"
-KERNEL_FILES = ["conv2d_s8.c", "depthwise_conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
+KERNEL_FILES = ["conv2d_s8.c", "conv2d_winograd_s8.c", "depthwise_conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
 
 
 def kernel_files() -> list[Path]:
@@ -393,7 +393,7 @@ class RegionEmitter:
                 else:
                     self.body += [
                         "    static const int8_t* cache = NULL;",
-                        f"    const int8_t* filter = b8_model_filter(&filter_dims, {a['groups']}, {w}, &cache);",
+                        f"    const int8_t* filter = b8_model_filter(&cp, &filter_dims, {w}, &cache);",
                         f"    if (!filter) {self._fail('B8_MODEL_OUT_OF_MEMORY', index)}",
                     ]
                     filt = "filter"

@@ -56,17 +56,19 @@ void vendor_report(void) {
 }
 
 /* Filters are used as the header gives them (OHWI): no packing, no scratch. */
-int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups) {
-  (void)groups;
+int32_t b8_conv2d_s8_packed_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
+  (void)conv;
   return filter_dims->n * filter_dims->h * filter_dims->w * filter_dims->c;
 }
 
-void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter, int8_t* packed) {
-  int32_t i, size = b8_conv2d_s8_packed_size(filter_dims, groups);
+void b8_conv2d_s8_pack_filter(const b8_conv_params* conv, const b8_dims* filter_dims, const int8_t* filter,
+                              int8_t* packed) {
+  int32_t i, size = b8_conv2d_s8_packed_size(conv, filter_dims);
   for (i = 0; i < size; ++i) packed[i] = filter[i];
 }
 
-int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
+int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
+  (void)conv;
   (void)filter_dims;
   return 1;
 }

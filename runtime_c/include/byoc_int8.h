@@ -242,24 +242,28 @@ typedef struct {
 
 /* 2-D convolution (grouped or not), fused bias + requantization + activation clamp.
  * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups), OHWI; the kernel
- * reads the filter as prepared once by b8_conv2d_s8_pack_filter (b8_conv2d_s8_packed_size bytes),
- * which lays it out for the selected implementation (portable: OHWI unchanged; AVX2, AVX-VNNI /
- * AVX-512 VNNI: blocks of 16 / 32 output channels x 4 input bytes, each kernel row's kernel_w x
+ * reads the filter as prepared once by b8_conv2d_s8_pack_filter (b8_conv2d_s8_packed_size bytes)
+ * for the convolution `conv` (its groups, strides and dilations choose the layout), which lays
+ * it out for the selected implementation: portable, OHWI unchanged; AVX2, AVX-VNNI / AVX-512
+ * VNNI, blocks of 16 / 32 output channels x 4 input bytes, each kernel row's kernel_w x
  * in_channels bytes padded with zero weights to a multiple of 4, or, where that padding would be
  * a tenth of the patch or more, the rows back to back and the patch padded once; then the weight
  * sums, and whether every weight lies in [-64, 64], which gives AVX2 faster exact paths: for
  * such filters on 4 or more blocks the AVX2 layout holds w + 64; the AVX-512 VNNI and AVX-VNNI
- * layouts hold w + 128 where blocks x padded patch bytes reach 128; the AMX build, for patches of
- * 32 bytes or more where the process may use AMX, blocks of 32 channels x 4 bytes of the patch's
- * rows back to back, padded with zero weights to a multiple of 64, the weights as they are).
+ * layouts hold w + 128 where blocks x padded patch bytes reach 128. The AVX2 build (without
+ * VNNI), for 3x3 stride-1 layers on a multiple of 16 input channels: Winograd's transformed
+ * filter, int16. The AMX build, for patches of 32 bytes or more where the process may use AMX:
+ * blocks of 32 channels x 4 bytes of the patch's rows back to back, padded with zero weights to a
+ * multiple of 64, the weights as they are.
  * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
- * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes. The AVX-512
- * VNNI, AVX-VNNI and AMX builds return B8_ERROR_ARGUMENT for patches (kernel_h x kernel_w x in_channels / groups) of
- * more than 2^15 bytes, past which an int32 accumulator could overflow anyway. */
-B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups);
-B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+ * skip its sign handling. `scratch` is caller-owned, b8_conv2d_s8_scratch_size bytes for each
+ * call running at once. The AVX-512 VNNI, AVX-VNNI and AMX builds return B8_ERROR_ARGUMENT for
+ * patches (kernel_h x kernel_w x in_channels / groups) of more than 2^15 bytes, past which an
+ * int32 accumulator could overflow anyway. */
+B8_API int32_t b8_conv2d_s8_packed_size(const b8_conv_params* conv, const b8_dims* filter_dims);
+B8_API void b8_conv2d_s8_pack_filter(const b8_conv_params* conv, const b8_dims* filter_dims, const int8_t* filter,
                                      int8_t* packed);
-B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims);
+B8_API int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_dims* filter_dims);
 B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
                               const b8_dims* input_dims, const int8_t* input,
                               int32_t input_nonnegative, const b8_dims* filter_dims,

@@ -77,7 +77,7 @@ typedef struct {
   int8_t* output;
 } b8_quantize_job;
 
-/* `scratch`: b8_conv2d_s8_scratch_size(filter_dims) bytes of the portable kernels, from the
+/* `scratch`: b8_conv2d_s8_scratch_size(conv, filter_dims) bytes of the portable kernels, from the
  * model's arena (an implementation with other kernels may use its own). */
 B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch);
 B8_API b8_status b8_model_add(const b8_add_job* job);
@@ -88,7 +88,7 @@ B8_API b8_status b8_model_quantize(const b8_quantize_job* job);
 /* A convolution filter (OHWI) in the layout of the kernels compiled in; `cache` is one pointer
  * per filter, NULL before the first call, that an implementation may keep a packed copy in.
  * Returns NULL when packing needs memory that is not there. */
-B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+B8_API const int8_t* b8_model_filter(const b8_conv_params* conv, const b8_dims* filter_dims, const int8_t* filter,
                                      const int8_t** cache);
 
 #ifdef __cplusplus

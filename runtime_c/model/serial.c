@@ -43,10 +43,10 @@ B8_API b8_status b8_model_quantize(const b8_quantize_job* job) {
   return b8_quantize_f32(job->scale, job->zero_point, job->dims, job->size, job->input, job->output);
 }
 
-B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+B8_API const int8_t* b8_model_filter(const b8_conv_params* conv, const b8_dims* filter_dims, const int8_t* filter,
                                      const int8_t** cache) {
+  (void)conv;
   (void)filter_dims;
-  (void)groups;
   (void)cache;
   return filter;
 }

@@ -17,6 +17,9 @@
  *    w + 64, the unsigned operand, and the tile takes 64 x the patch's sum off per pixel; on
  *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
+ *    3x3 stride-1 layers on a multiple of 16 input channels take Winograd's F(2x2, 3x3) instead
+ *    (conv2d_winograd_s8.c): 2.25x fewer products, exact in integers (ResNet-18's 3x3 layers
+ *    1.5-1.9x faster on Intel).
  *    With AVX-VNNI (B8_USE_AVXVNNI) tiles of 6 pixels x 16 channels (b8_tile_vnni_body)
  *    multiply by 256-bit vpdpbusd, whose products and sums are exact in int32 whatever the
  *    weights: the packed filter holds w + 128 where blocks x patch bytes reach 128 (as for
@@ -205,24 +208,15 @@ static void b8_output_x8(const int32_t* acc, int32_t count, int32_t channels, in
                          const b8_requant_params* quant, const float* table, int32_t padded_c, int8_t* out,
                          int32_t out_c) {
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
-  const __m256i thirty_one = _mm256_set1_epi32(31), zero_point = _mm256_set1_epi32(quant->output_zero_point);
   for (int32_t half = 0; half < channels; half += 8) {
     const int32_t oc = oc0 + half;
     b8_estimate_x8_params estimate;
     estimate.scale = _mm256_loadu_ps(table + oc);
     estimate.offset_nonnegative = _mm256_loadu_ps(table + padded_c + oc);
     estimate.offset_negative = _mm256_loadu_ps(table + 2 * padded_c + oc);
-    for (int32_t p = 0; p < count; ++p) {
-      const __m256i sum = _mm256_loadu_si256((const __m256i*)(acc + p * B8_TILE_CHANNELS + half));
-      __m256i unsure = _mm256_setzero_si256();
-      __m256i y = b8_estimate_x8(sum, &estimate, &unsure);
-      if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
-        const __m256i right = _mm256_sub_epi32(thirty_one, _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
-        y = _mm256_add_epi32(b8_requantize_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right),
-                             zero_point);
-      }
-      b8_store_s8x8(out + (int64_t)p * out_c + oc, y, lo, hi);
-    }
+    for (int32_t p = 0; p < count; ++p)
+      b8_output_s8x8(_mm256_loadu_si256((const __m256i*)(acc + p * B8_TILE_CHANNELS + half)), &estimate, quant, oc, lo,
+                     hi, out + (int64_t)p * out_c + oc);
   }
 }
 
@@ -1459,7 +1453,11 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
 
 #endif /* B8_USE_AVX2 */
 
-B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
+B8_API int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
+#if B8_WINOGRAD
+  if (b8_winograd_suits(conv, filter_dims)) return b8_winograd_scratch_size(filter_dims);
+#endif
+  (void)conv;
 #if B8_USE_AVX2
   /* The gathered patches (b8_conv2d_s8_avx2), a patch of the pad value, per channel the tiles'
    * starting bias and the output stage's three float constants, and for AVX2 a chunk's patches
@@ -1480,8 +1478,11 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_dims* filter_dims) {
 #endif
 }
 
-B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t groups) {
-  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+B8_API int32_t b8_conv2d_s8_packed_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
+  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c, groups = conv->groups;
+#if B8_WINOGRAD
+  if (b8_winograd_suits(conv, filter_dims)) return b8_winograd_packed_size(filter_dims);
+#endif
 #if B8_USE_AVX2
   /* The blocked filter, one int32 weight sum per (padded) output channel, then the filter's
    * weight range (B8_WEIGHTS_7BIT or 0). */
@@ -1502,9 +1503,15 @@ B8_API int32_t b8_conv2d_s8_packed_size(const b8_dims* filter_dims, int32_t grou
   return filter_dims->n * patch;
 }
 
-B8_API void b8_conv2d_s8_pack_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+B8_API void b8_conv2d_s8_pack_filter(const b8_conv_params* conv, const b8_dims* filter_dims, const int8_t* filter,
                                      int8_t* packed) {
-  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c;
+  const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c, groups = conv->groups;
+#if B8_WINOGRAD
+  if (b8_winograd_suits(conv, filter_dims)) {
+    b8_winograd_pack_filter(filter_dims, filter, packed);
+    return;
+  }
+#endif
 #if B8_USE_AMX
   if (groups == 1 && b8_amx_suits(filter_dims)) {
     /* [out_c / 32][depth / 4][32][4] with depth = b8_amx_depth (the patch's bytes back to back),
@@ -1579,6 +1586,11 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
     return b8_conv2d_s8_amx(conv, quant, input_dims, input, filter_dims, packed_filter, bias, output_dims, output,
                             pixels, scratch);
   }
+#endif
+#if B8_WINOGRAD
+  if (b8_winograd_suits(conv, filter_dims))
+    return b8_conv2d_s8_winograd(conv, quant, input_dims, input, filter_dims, packed_filter, bias, output_dims, output,
+                                 pixels, scratch);
 #endif
 #if B8_USE_AVX2
   /* Padded taps are read too: they must be non-negative as well to skip the sign handling. */

@@ -235,6 +235,20 @@ B8_INLINE void b8_store_s8x8(int8_t* out, __m256i v, __m256i lo, __m256i hi) {
   memcpy(out + 4, &second, 4);
 }
 
+/* The vector output stage of 8 channels from oc, for sums from the bias: b8_estimate_x8, the exact
+ * requantization where it is unsure, the zero point, the clamp, stored as 8 int8 at out. */
+B8_INLINE void b8_output_s8x8(__m256i sum, const b8_estimate_x8_params* estimate, const b8_requant_params* quant,
+                              int32_t oc, __m256i lo, __m256i hi, int8_t* out) {
+  __m256i unsure = _mm256_setzero_si256();
+  __m256i y = b8_estimate_x8(sum, estimate, &unsure);
+  if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
+    const __m256i right = _mm256_sub_epi32(_mm256_set1_epi32(31), _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
+    y = _mm256_add_epi32(b8_requantize_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right),
+                         _mm256_set1_epi32(quant->output_zero_point));
+  }
+  b8_store_s8x8(out, y, lo, hi);
+}
+
 /* 8 int8 values widened to int32 lanes. */
 B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   int64_t bytes;
@@ -427,5 +441,20 @@ B8_INLINE void b8_store_s8x16_masked(int8_t* out, __m512i v, __m512i lo, __m512i
 }
 #endif /* B8_USE_AVX512VNNI */
 #endif /* B8_USE_AVX2 */
+
+/* 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) (conv2d_winograd_s8.c): the AVX2 build's,
+ * whose products without VNNI cost most. b8_conv2d_s8 takes it where b8_winograd_suits says so,
+ * and the packing, scratch and packed sizes follow. */
+#define B8_WINOGRAD (B8_USE_AVX2 && !B8_USE_AVXVNNI && !B8_USE_AVX512VNNI)
+#if B8_WINOGRAD
+int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims);
+int32_t b8_winograd_packed_size(const b8_dims* filter_dims);
+void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, int8_t* packed);
+int32_t b8_winograd_scratch_size(const b8_dims* filter_dims);
+b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
+                                const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
+                                const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
+                                int8_t* output, const b8_pixels* pixels, int8_t* scratch);
+#endif
 
 #endif /* BYOC_INT8_INTERNAL_H_ */

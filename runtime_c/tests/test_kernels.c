@@ -118,12 +118,12 @@ static void test_conv2d_padding_and_stride(void) {
    * tiles' patches of this filter, its rows back to back; AMX two steps of 32 x 32 accumulators and
    * 64-byte patches.) */
   int8_t output[4], scratch[16384], packed[4096];
-  if (b8_conv2d_s8_scratch_size(&filter_dims) > 16384 || b8_conv2d_s8_packed_size(&filter_dims, 1) > 4096) {
+  if (b8_conv2d_s8_scratch_size(&conv, &filter_dims) > 16384 || b8_conv2d_s8_packed_size(&conv, &filter_dims) > 4096) {
     fprintf(stderr, "conv2d buffers larger than expected\n");
     ++failures;
     return;
   }
-  b8_conv2d_s8_pack_filter(&filter_dims, 1, filter, packed);
+  b8_conv2d_s8_pack_filter(&conv, &filter_dims, filter, packed);
   EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 1, &filter_dims, packed, bias, &out_dims,
                          output, NULL, scratch), B8_OK);
   EXPECT_EQ(output[0], 10 + 1);

@@ -34,14 +34,14 @@ static int b8_cpu_supported(void) {
 #endif
 }
 
-B8_API const int8_t* b8_model_filter(const b8_dims* filter_dims, int32_t groups, const int8_t* filter,
+B8_API const int8_t* b8_model_filter(const b8_conv_params* conv, const b8_dims* filter_dims, const int8_t* filter,
                                      const int8_t** cache) {
   const int8_t* packed = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
   if (packed) return packed;
-  size_t size = ((size_t)b8_conv2d_s8_packed_size(filter_dims, groups) + 63) / 64 * 64;
+  size_t size = ((size_t)b8_conv2d_s8_packed_size(conv, filter_dims) + 63) / 64 * 64;
   int8_t* fresh = (int8_t*)aligned_alloc(64, size);
   if (!fresh) return NULL;
-  b8_conv2d_s8_pack_filter(filter_dims, groups, filter, fresh);
+  b8_conv2d_s8_pack_filter(conv, filter_dims, filter, fresh);
   const int8_t* expected = NULL;
   /* Two threads may pack at once: one copy wins and lives as long as the library. */
   if (!__atomic_compare_exchange_n(cache, &expected, (const int8_t*)fresh, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -71,7 +71,7 @@ static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
     return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->filter_dims,
                                   job->filter, job->bias, job->output_dims, job->output, &pixels) == B8_OK ? 0 : -1;
   /* Each task its own scratch, sized for the kernels compiled in. */
-  int8_t* scratch = (int8_t*)malloc((size_t)b8_conv2d_s8_scratch_size(job->filter_dims));
+  int8_t* scratch = (int8_t*)malloc((size_t)b8_conv2d_s8_scratch_size(job->conv, job->filter_dims));
   if (!scratch) return -1;
   b8_status status = b8_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->input_nonnegative,
                                   job->filter_dims, job->filter, job->bias, job->output_dims, job->output,

@@ -1,0 +1,265 @@
+/* 3x3 stride-1 convolution by Winograd's F(2x2, 3x3) in exact integer arithmetic: b8_conv2d_s8's
+ * path in the AVX2 build without VNNI (B8_WINOGRAD), for the layers b8_winograd_suits names.
+ *
+ * Why. Without VNNI, AVX2 multiplies bytes by vpmaddubsw (unsigned x signed, pairs summed in
+ * int16), then vpmaddwd: for 8-bit activations that may be negative (asymmetric ones after a
+ * relu) that is exact only with a correction (conv2d_s8.c), four vector operations per 32
+ * products where Intel's cores issue three per cycle. F(2x2, 3x3) makes a 2x2 block of output
+ * pixels from a 4x4 block of input with 16 products per input channel instead of 36, on int16
+ * operands whose pairs vpmaddwd multiplies and sums exactly in int32: 2.25x fewer products for
+ * the same count of multiplying instructions per product.
+ *
+ * The arithmetic, per input channel, d the 4x4 input block (padded positions read pad_value) and
+ * g the 3x3 filter:
+ *   V = B^T d B,  B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   |V| <= 4 x 128 = 512
+ *   U = G g G^T,  G   = [2 0 0; 1 1 1; 1 -1 1; 0 0 2]              |U| <= 9 x 127 = 1143
+ *   Y = A^T (sum over channels of U . V) A,  A^T = [1 1 1 0; 0 1 -1 -1]
+ * G is twice the textbook's (whose middle rows are halves), so Y is 4 x the 2x2 block of
+ * sum(x * w). Every step adds and multiplies integers, so Y is exact modulo 2^32 whatever the
+ * intermediate sums wrap to; 4 x sum(x * w) fits int32 for patches of up to 2^15 bytes
+ * (4 x 2^15 x 128 x 127 < 2^31), so Y is exact, and Y / 4 (a shift) is the direct convolution's
+ * sum, bit for bit.
+ *
+ * Work. 2x2 tiles of output pixels in blocks of up to b8_winograd_block_tiles: a block's V (int16,
+ * [16 positions][tiles][c]) is made once; then, per 16 output channels, per position, V times
+ * that position's U ([c / 2][16 channels][2], vpmaddwd's pairs) by 6 tiles x 16 channels at a
+ * time (12 accumulators), into M ([16][tiles][16] int32); then per tile A^T M A, the bias and the
+ * convolutions' output stage. U is 16 / 9 x 2 bytes per weight: 3.6x the int8 filter. */
+#include <string.h>
+
+#include "byoc_int8.h"
+
+#include "internal.h"
+
+#if B8_WINOGRAD
+/* Tiles per GEMM step; output channels per block; the bytes of V a block may take (its tiles
+ * then stay in L2 while every block of channels runs over them) and the most tiles a block has
+ * (M stays within 48 KB); the packed filter's last int32. */
+enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 320 * 1024, B8_WG_MAX_TILES = 48 };
+enum { B8_WEIGHTS_WINOGRAD = 0x77673233 };
+
+int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
+  return conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
+         conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
+         9 * filter_dims->c <= (1 << 15);
+}
+
+static int32_t b8_winograd_channels(const b8_dims* filter_dims) {
+  return (filter_dims->n + B8_WG_CHANNELS - 1) / B8_WG_CHANNELS * B8_WG_CHANNELS;
+}
+
+/* Tiles per block: V takes 32 x c bytes per tile. */
+static int32_t b8_winograd_block_tiles(int32_t c) {
+  const int32_t tiles = B8_WG_V_BYTES / (32 * c) / B8_WG_GROUP * B8_WG_GROUP;
+  return tiles < B8_WG_GROUP ? B8_WG_GROUP : tiles > B8_WG_MAX_TILES ? B8_WG_MAX_TILES : tiles;
+}
+
+int32_t b8_winograd_packed_size(const b8_dims* filter_dims) {
+  return 32 * b8_winograd_channels(filter_dims) * filter_dims->c + 4;
+}
+
+int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
+  /* V, M, the bias per channel and the output stage's three float constants, 64 bytes to align. */
+  const int32_t tiles = b8_winograd_block_tiles(filter_dims->c);
+  return 32 * tiles * filter_dims->c + 16 * tiles * B8_WG_CHANNELS * 4 + 16 * b8_winograd_channels(filter_dims) + 64;
+}
+
+/* U per output channel block of 16, per position, per pair of input channels: [16][2] int16. */
+void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, int8_t* packed) {
+  const int32_t c = filter_dims->c, pairs = c / 2, channels = b8_winograd_channels(filter_dims);
+  int16_t* u = (int16_t*)packed;
+  memset(packed, 0, (size_t)32 * channels * c);
+  for (int32_t oc = 0; oc < filter_dims->n; ++oc)
+    for (int32_t ic = 0; ic < c; ++ic) {
+      int32_t g[3][3], a[4][3];
+      for (int32_t ky = 0; ky < 3; ++ky)
+        for (int32_t kx = 0; kx < 3; ++kx) g[ky][kx] = filter[(((int64_t)oc * 3 + ky) * 3 + kx) * c + ic];
+      for (int32_t kx = 0; kx < 3; ++kx) { /* G g */
+        a[0][kx] = 2 * g[0][kx];
+        a[1][kx] = g[0][kx] + g[1][kx] + g[2][kx];
+        a[2][kx] = g[0][kx] - g[1][kx] + g[2][kx];
+        a[3][kx] = 2 * g[2][kx];
+      }
+      for (int32_t r = 0; r < 4; ++r) { /* (G g) G^T */
+        const int32_t row[4] = {2 * a[r][0], a[r][0] + a[r][1] + a[r][2], a[r][0] - a[r][1] + a[r][2], 2 * a[r][2]};
+        for (int32_t s = 0; s < 4; ++s)
+          u[((((int64_t)(oc / B8_WG_CHANNELS) * 16 + r * 4 + s) * pairs + ic / 2) * B8_WG_CHANNELS + oc % B8_WG_CHANNELS) * 2 +
+            ic % 2] = (int16_t)row[s];
+      }
+    }
+  const int32_t marker = B8_WEIGHTS_WINOGRAD;
+  memcpy(packed + (int64_t)32 * channels * c, &marker, 4);
+}
+
+/* V of one tile, all c channels, 16 at a time: the 4x4 input block from (iy0, ix0), positions
+ * outside the input reading pad_value; position r x 4 + s at v + (r x 4 + s) x stride. */
+static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, int32_t iy0, int32_t ix0,
+                              int32_t pad_value, int16_t* v, int64_t stride) {
+  const int32_t c = input_dims->c;
+  const __m256i pad = _mm256_set1_epi16((int16_t)pad_value);
+  int inside[4][4];
+  for (int32_t r = 0; r < 4; ++r)
+    for (int32_t s = 0; s < 4; ++s)
+      inside[r][s] = iy0 + r >= 0 && iy0 + r < input_dims->h && ix0 + s >= 0 && ix0 + s < input_dims->w;
+  const int8_t* at = image + ((int64_t)iy0 * input_dims->w + ix0) * c; /* formed only, never read outside */
+  const int64_t row = (int64_t)input_dims->w * c;
+  for (int32_t c0 = 0; c0 < c; c0 += 16) {
+    __m256i d[4][4], t[4][4];
+    for (int32_t r = 0; r < 4; ++r)
+      for (int32_t s = 0; s < 4; ++s)
+        d[r][s] = inside[r][s] ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(at + r * row + s * c + c0))) : pad;
+    for (int32_t s = 0; s < 4; ++s) { /* B^T d */
+      t[0][s] = _mm256_sub_epi16(d[0][s], d[2][s]);
+      t[1][s] = _mm256_add_epi16(d[1][s], d[2][s]);
+      t[2][s] = _mm256_sub_epi16(d[2][s], d[1][s]);
+      t[3][s] = _mm256_sub_epi16(d[1][s], d[3][s]);
+    }
+    for (int32_t r = 0; r < 4; ++r) { /* (B^T d) B */
+      int16_t* out = v + r * 4 * stride + c0;
+      _mm256_storeu_si256((__m256i*)out, _mm256_sub_epi16(t[r][0], t[r][2]));
+      _mm256_storeu_si256((__m256i*)(out + stride), _mm256_add_epi16(t[r][1], t[r][2]));
+      _mm256_storeu_si256((__m256i*)(out + 2 * stride), _mm256_sub_epi16(t[r][2], t[r][1]));
+      _mm256_storeu_si256((__m256i*)(out + 3 * stride), _mm256_sub_epi16(t[r][1], t[r][3]));
+    }
+  }
+}
+
+/* m[t][0, 16) = sum over k of v[t][k] x u[k] for 6 tiles t (rows of v `pairs` int32 apart, each
+ * a pair of int16): vpmaddwd multiplies a pair of V by a pair of U per channel and sums them. */
+static void b8_winograd_gemm(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m) {
+  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+  __m256i a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+  const int32_t *v0 = v, *v1 = v0 + pairs, *v2 = v1 + pairs, *v3 = v2 + pairs, *v4 = v3 + pairs, *v5 = v4 + pairs;
+  for (int32_t k = 0; k < pairs; ++k, u += 2 * B8_WG_CHANNELS) {
+    const __m256i w0 = _mm256_loadu_si256((const __m256i*)u), w1 = _mm256_loadu_si256((const __m256i*)(u + 16));
+#define B8_WG_STEP(row, acc0, acc1)                                   \
+  do {                                                                \
+    const __m256i x = _mm256_set1_epi32((row)[k]);                    \
+    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(x, w0));          \
+    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(x, w1));          \
+  } while (0)
+    B8_WG_STEP(v0, a00, a01);
+    B8_WG_STEP(v1, a10, a11);
+    B8_WG_STEP(v2, a20, a21);
+    B8_WG_STEP(v3, a30, a31);
+    B8_WG_STEP(v4, a40, a41);
+    B8_WG_STEP(v5, a50, a51);
+#undef B8_WG_STEP
+  }
+  const __m256i all[B8_WG_GROUP][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+  for (int32_t t = 0; t < B8_WG_GROUP; ++t) {
+    _mm256_storeu_si256((__m256i*)(m + t * B8_WG_CHANNELS), all[t][0]);
+    _mm256_storeu_si256((__m256i*)(m + t * B8_WG_CHANNELS + 8), all[t][1]);
+  }
+}
+
+/* A^T M A for 8 channels of one tile (positions `stride` int32 apart), divided by 4, plus the
+ * bias: the tile's pixels (0, 0), (0, 1), (1, 0), (1, 1). */
+static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias, __m256i y[4]) {
+  __m256i s0[4], s1[4];
+  for (int32_t c = 0; c < 4; ++c) {
+    const __m256i m0 = _mm256_loadu_si256((const __m256i*)(m + c * stride));
+    const __m256i m1 = _mm256_loadu_si256((const __m256i*)(m + (4 + c) * stride));
+    const __m256i m2 = _mm256_loadu_si256((const __m256i*)(m + (8 + c) * stride));
+    const __m256i m3 = _mm256_loadu_si256((const __m256i*)(m + (12 + c) * stride));
+    s0[c] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
+    s1[c] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+  }
+  const __m256i y00 = _mm256_add_epi32(_mm256_add_epi32(s0[0], s0[1]), s0[2]);
+  const __m256i y01 = _mm256_sub_epi32(_mm256_sub_epi32(s0[1], s0[2]), s0[3]);
+  const __m256i y10 = _mm256_add_epi32(_mm256_add_epi32(s1[0], s1[1]), s1[2]);
+  const __m256i y11 = _mm256_sub_epi32(_mm256_sub_epi32(s1[1], s1[2]), s1[3]);
+  y[0] = _mm256_add_epi32(_mm256_srai_epi32(y00, 2), bias);
+  y[1] = _mm256_add_epi32(_mm256_srai_epi32(y01, 2), bias);
+  y[2] = _mm256_add_epi32(_mm256_srai_epi32(y10, 2), bias);
+  y[3] = _mm256_add_epi32(_mm256_srai_epi32(y11, 2), bias);
+}
+
+b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
+                                const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
+                                const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
+                                int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
+  const int32_t c = filter_dims->c, pairs = c / 2, out_c = output_dims->c, out_h = output_dims->h, out_w = output_dims->w;
+  const int32_t channels = b8_winograd_channels(filter_dims), block = b8_winograd_block_tiles(c);
+  int32_t marker;
+  memcpy(&marker, packed + (int64_t)32 * channels * c, 4);
+  if (marker != B8_WEIGHTS_WINOGRAD) return B8_ERROR_ARGUMENT; /* not packed for this path */
+  int64_t begin, end;
+  b8_pixel_range(pixels, output_dims, &begin, &end);
+  if (begin >= end) return B8_OK;
+  /* The rows of tiles that hold the share's pixels, counted over the batch; a tile's pixels
+   * outside the share (or past the output's last row or column) are computed, never written. */
+  const int32_t tiles_w = (out_w + 1) / 2, tiles_h = (out_h + 1) / 2;
+  const int64_t image_pixels = (int64_t)out_h * out_w, image_size = (int64_t)input_dims->h * input_dims->w * c;
+  const int64_t first_row = begin / image_pixels * tiles_h + begin % image_pixels / out_w / 2;
+  const int64_t last_row = (end - 1) / image_pixels * tiles_h + (end - 1) % image_pixels / out_w / 2;
+  const int64_t tiles = (last_row - first_row + 1) * tiles_w;
+  int8_t* base = (int8_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+  int16_t* v = (int16_t*)base;                                        /* [16][block][c] */
+  int32_t* m = (int32_t*)(base + (int64_t)32 * block * c);            /* [16][block][16] */
+  int32_t* start = m + 16 * block * B8_WG_CHANNELS;                   /* the bias, channels */
+  float* table = (float*)(start + channels);                          /* scale, offsets */
+  for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
+  int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
+  for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
+  if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + channels, table + 2 * channels);
+  const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
+  const int64_t position = (int64_t)block * c; /* V's int16 from one position to the next */
+  for (int64_t first = 0; first < tiles; first += block) {
+    const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
+    const int32_t groups = (count + B8_WG_GROUP - 1) / B8_WG_GROUP;
+    for (int32_t t = 0; t < groups * B8_WG_GROUP; ++t) {
+      if (t >= count) { /* the last group's spare tiles: zeros, whose results are never written */
+        for (int32_t p = 0; p < 16; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
+        continue;
+      }
+      const int64_t row = first_row + (first + t) / tiles_w;
+      const int32_t tx = (int32_t)((first + t) % tiles_w), ty = (int32_t)(row % tiles_h);
+      b8_winograd_input(input + row / tiles_h * image_size, input_dims, 2 * ty - conv->pad_top,
+                        2 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
+    }
+    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS) {
+      const int16_t* u = (const int16_t*)packed + (int64_t)oc0 * 16 * c; /* 512 c bytes per block */
+      for (int32_t p = 0; p < 16; ++p)
+        for (int32_t g = 0; g < groups; ++g)
+          b8_winograd_gemm((const int32_t*)(v + p * position + (int64_t)g * B8_WG_GROUP * c), pairs,
+                           u + (int64_t)p * pairs * 2 * B8_WG_CHANNELS,
+                           m + ((int64_t)p * block + g * B8_WG_GROUP) * B8_WG_CHANNELS);
+      const int32_t block_c = out_c - oc0 < B8_WG_CHANNELS ? out_c - oc0 : B8_WG_CHANNELS;
+      b8_estimate_x8_params estimate[2];
+      for (int32_t h = 0; vector_epilogue && h < block_c / 8; ++h) {
+        estimate[h].scale = _mm256_loadu_ps(table + oc0 + 8 * h);
+        estimate[h].offset_nonnegative = _mm256_loadu_ps(table + channels + oc0 + 8 * h);
+        estimate[h].offset_negative = _mm256_loadu_ps(table + 2 * channels + oc0 + 8 * h);
+      }
+      for (int32_t t = 0; t < count; ++t) {
+        const int64_t row = first_row + (first + t) / tiles_w;
+        const int32_t ox = 2 * (int32_t)((first + t) % tiles_w), oy = 2 * (int32_t)(row % tiles_h);
+        int8_t* out[4] = {NULL, NULL, NULL, NULL}; /* the tile's pixels this call writes */
+        for (int32_t i = 0; i < 4; ++i) {
+          const int32_t y = oy + i / 2, x = ox + i % 2;
+          const int64_t pixel = row / tiles_h * image_pixels + (int64_t)y * out_w + x;
+          if (y < out_h && x < out_w && pixel >= begin && pixel < end) out[i] = output + pixel * out_c + oc0;
+        }
+        for (int32_t h = 0; h < 2; ++h) {
+          __m256i y[4];
+          b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS + 8 * h, (int64_t)block * B8_WG_CHANNELS,
+                             _mm256_loadu_si256((const __m256i*)(start + oc0 + 8 * h)), y);
+          for (int32_t i = 0; i < 4; ++i) {
+            if (!out[i]) continue;
+            if (vector_epilogue) {
+              if (8 * h < block_c) b8_output_s8x8(y[i], &estimate[h], quant, oc0 + 8 * h, lo, hi, out[i] + 8 * h);
+              continue;
+            }
+            int32_t sums[8];
+            _mm256_storeu_si256((__m256i*)sums, y[i]);
+            for (int32_t k = 0; k < 8 && 8 * h + k < block_c; ++k)
+              out[i][8 * h + k] = b8_output_s8(sums[k], quant, oc0 + 8 * h + k);
+          }
+        }
+      }
+    }
+  }
+  return B8_OK;
+}
+#endif
