@@ -359,18 +359,21 @@ def winograd_suits(case: dict) -> bool:
 
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
-    """conv2d_paths of the AVX2 build's Winograd path: the rows of 2x2 tiles that hold a call's
-    pixels, in blocks of b8_winograd_block_tiles (several, or a last group of fewer than 6 tiles
+    """conv2d_paths of the AVX2 build's Winograd path: its filter transformed once per call, or per
+    block of tiles where U passes 512 KB; the rows of 2x2 tiles that hold a call's pixels, in
+    blocks of b8_winograd_block_tiles (several, or a last group of fewer than 6 tiles
     filled with spare ones), tiles whose 4x4 input reads padding, tiles with pixels not written
     (past the output's last row or column, or outside the call's share); blocks of 16 channels
-    (partial, several) and their epilogue (8 lanes, or scalar)."""
+    (partial, several) and their epilogue (whole blocks fused, two pixels at a time; else 8
+    lanes, or scalar)."""
     cout, _, _, cin = case["weight"].shape
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
     top, left = case["padding"]
-    block = min(48, max(6, 320 * 1024 // (32 * cin) // 6 * 6))
+    whole_u = 32 * -(-cout // 16) * 16 * cin <= 512 * 1024  # U transformed once per call
+    block = min(48, max(6, (64 if whole_u else 320) * 1024 // (32 * cin) // 6 * 6))
     tiles_w, tiles_h = -(-ow // 2), -(-oh // 2)
-    paths = {"winograd"}
+    paths = {"winograd"} | (set() if whole_u else {"filter per tile block"})
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
         if begin >= end:
@@ -391,7 +394,7 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
     for oc0 in range(0, cout, 16):
         paths |= {"partial channel tile"} if cout - oc0 < 16 else set()
-        paths |= {"epilogue x8" if vector else "epilogue scalar"}
+        paths |= _epilogue_paths(case, vector, min(16, cout - oc0), (16,))
     paths |= {"several channel tiles"} if cout > 16 else set()
     return paths
 

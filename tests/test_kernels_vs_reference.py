@@ -131,7 +131,8 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # The paths of each SIMD build's convolution beyond SIMD_PATHS: AVX-VNNI's shifted weights or
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles.
 # AVX2 only: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths).
-WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written"}
+WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
+                  "filter per tile block"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",
@@ -821,11 +822,12 @@ def winograd_case(seed):
     outputs of odd and even sizes up to 18 x 18 (tiles past the last row or column, several
     blocks of tiles, a last group of fewer than 6), padding of 0-2 on each side (tiles reading
     padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
-    and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift),
-    signed or non-negative inputs, and one seed's values all at the int8 ends."""
+    and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift;
+    512 -> 40: a filter transformed per block of tiles), signed or non-negative inputs, and one
+    seed's values all at the int8 ends."""
     rng = np.random.default_rng(4000 + seed)
     cin = [16, 32, 48, 64, 16, 128, 32, 512, 16, 64][seed]
-    cout = [16, 24, 8, 64, 40, 13, 32, 16, 48, 96][seed]
+    cout = [16, 24, 8, 64, 40, 13, 32, 40, 48, 96][seed]
     size = 18 if cin <= 32 else 9
     n, h, w = int(rng.integers(1, 4)), int(rng.integers(1, size + 1)), int(rng.integers(1, size + 1))
     pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right

@@ -501,60 +501,6 @@ B8_TILE_DISPATCH(b8_tile_narrow_shifted, b8_tile_narrow_body, 1)
 #undef B8_TILE_LOOP
 #undef B8_VNNI_MAC
 #else
-/* The requantization of one block of 16 channels, loaded once per tile: the estimate's from the
- * call's table, the exact path's from quant (the one place where the AVX2 tile reads
- * quant->multiplier and quant->shift). */
-typedef struct {
-  b8_estimate_x8_params estimate[2]; /* channels 0-7 and 8-15 */
-  const int32_t *multiplier, *shift;
-  __m256i zero_point, lo, hi, order;
-} b8_block_epilogue;
-
-static void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
-                                   int32_t oc0, b8_block_epilogue* e) {
-  for (int32_t half = 0; half < 2; ++half) {
-    const int32_t oc = oc0 + 8 * half;
-    e->estimate[half].scale = _mm256_loadu_ps(table + oc);
-    e->estimate[half].offset_nonnegative = _mm256_loadu_ps(table + padded_c + oc);
-    e->estimate[half].offset_negative = _mm256_loadu_ps(table + 2 * padded_c + oc);
-  }
-  e->multiplier = quant->multiplier + oc0;
-  e->shift = quant->shift + oc0;
-  e->zero_point = _mm256_set1_epi32(quant->output_zero_point);
-  e->lo = _mm256_set1_epi8((char)quant->act_min);
-  e->hi = _mm256_set1_epi8((char)quant->act_max);
-  /* After the two packs, dwords 0-7 hold channels 0-3, 8-11 of pixel p, 0-3, 8-11 of pixel q,
-   * then 4-7, 12-15 of p and of q. */
-  e->order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-}
-
-/* The exact output stage of channels 8h .. 8h + 7 of the block, plus the zero point. */
-static __m256i b8_block_exact(const b8_block_epilogue* e, __m256i acc, int h) {
-  const __m256i right = _mm256_sub_epi32(_mm256_set1_epi32(31), _mm256_loadu_si256((const __m256i*)(e->shift + 8 * h)));
-  return _mm256_add_epi32(b8_requantize_x8(acc, _mm256_loadu_si256((const __m256i*)(e->multiplier + 8 * h)), right),
-                          e->zero_point);
-}
-
-/* Requantizes two pixels' 16 channels (p0, p1: pixel p's channels 0-7 and 8-15; q0, q1: q's),
- * adds the zero point and packs them into 32 int8: p's 16 channels, then q's, clamped. The float
- * estimate does it unless a lane is unsure; then the integer path redoes all four. The
- * saturating int32 -> int16 -> int8 packs are the clamp to [-128, 127]; act_min / act_max follow
- * on bytes. */
-B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1) {
-  __m256i unsure = _mm256_setzero_si256();
-  __m256i y0 = b8_estimate_x8(p0, &e->estimate[0], &unsure), y1 = b8_estimate_x8(p1, &e->estimate[1], &unsure);
-  __m256i y2 = b8_estimate_x8(q0, &e->estimate[0], &unsure), y3 = b8_estimate_x8(q1, &e->estimate[1], &unsure);
-  if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
-    y0 = b8_block_exact(e, p0, 0);
-    y1 = b8_block_exact(e, p1, 1);
-    y2 = b8_block_exact(e, q0, 0);
-    y3 = b8_block_exact(e, q1, 1);
-  }
-  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(y0, y1), _mm256_packs_epi32(y2, y3));
-  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, e->order);
-  return _mm256_min_epi8(_mm256_max_epi8(ordered, e->lo), e->hi);
-}
-
 /* Splits x[0 .. n) (n a multiple of 4, no byte past it read) into |a| (magnitude) and the mask of
  * a < 0 (all ones: mask), for b8_tile_pair, and adds to the two 64-bit lanes of `sums` the sum of
  * |a| over the negative bytes: the correction of the corrected form (b8_tile) for one run of a

@@ -20,11 +20,16 @@
  * (4 x 2^15 x 128 x 127 < 2^31), so Y is exact, and Y / 4 (a shift) is the direct convolution's
  * sum, bit for bit.
  *
- * Work. 2x2 tiles of output pixels in blocks of up to b8_winograd_block_tiles: a block's V (int16,
- * [16 positions][tiles][c]) is made once; then, per 16 output channels, per position, V times
- * that position's U ([c / 2][16 channels][2], vpmaddwd's pairs) by 6 tiles x 16 channels at a
- * time (12 accumulators), into M ([16][tiles][16] int32); then per tile A^T M A, the bias and the
- * convolutions' output stage. U is 16 / 9 x 2 bytes per weight: 3.6x the int8 filter. */
+ * Work. The packed filter is the int8 one, 16 output channels x 9 taps per input channel; a
+ * call transforms it into U (int16, [16 positions][c / 2][16 channels][2]: vpmaddwd's pairs), all
+ * of it once where it is small (b8_winograd_whole_u), else 16 channels at a time for each block
+ * of tiles: U is 16 / 9 x 2 bytes per weight, 3.6x the filter, and read from memory it made a
+ * 3x3 layer on 512 channels at 7x7 pixels wait on the memory (0.1 ms of transform per call
+ * against 8.4 MB read). 2x2 tiles of output pixels in blocks of up to b8_winograd_block_tiles:
+ * a block's V (int16, [16][tiles][c]) is made once; then, per 16 output channels, per position,
+ * V times that position's U by 6 tiles x 16 channels at a time (12 accumulators), into M
+ * ([16][tiles][16] int32); then per tile A^T M A, the bias and the convolutions' output stage
+ * (b8_block_finish: two pixels' 16 channels at a time). */
 #include <string.h>
 
 #include "byoc_int8.h"
@@ -32,10 +37,11 @@
 #include "internal.h"
 
 #if B8_WINOGRAD
-/* Tiles per GEMM step; output channels per block; the bytes of V a block may take (its tiles
- * then stay in L2 while every block of channels runs over them) and the most tiles a block has
- * (M stays within 48 KB); the packed filter's last int32. */
-enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 320 * 1024, B8_WG_MAX_TILES = 48 };
+/* Tiles per GEMM step; output channels per block; the bytes of V a block may take, and the most
+ * tiles a block has (M stays within 48 KB); the U a call transforms whole, and the V budget then
+ * used for U made per block (fewer blocks, fewer transforms); the packed filter's last int32. */
+enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 64 * 1024, B8_WG_MAX_TILES = 48 };
+enum { B8_WG_U_WHOLE = 512 * 1024, B8_WG_V_BIG = 320 * 1024 };
 enum { B8_WEIGHTS_WINOGRAD = 0x77673233 };
 
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
@@ -48,47 +54,91 @@ static int32_t b8_winograd_channels(const b8_dims* filter_dims) {
   return (filter_dims->n + B8_WG_CHANNELS - 1) / B8_WG_CHANNELS * B8_WG_CHANNELS;
 }
 
+/* U's bytes: 16 positions x c x 2 bytes per output channel. */
+static int64_t b8_winograd_u_bytes(const b8_dims* filter_dims) {
+  return (int64_t)32 * b8_winograd_channels(filter_dims) * filter_dims->c;
+}
+
+/* Whether a call transforms the whole filter once (else 16 channels per block of tiles). */
+static int b8_winograd_whole_u(const b8_dims* filter_dims) {
+  return b8_winograd_u_bytes(filter_dims) <= B8_WG_U_WHOLE;
+}
+
 /* Tiles per block: V takes 32 x c bytes per tile. */
-static int32_t b8_winograd_block_tiles(int32_t c) {
-  const int32_t tiles = B8_WG_V_BYTES / (32 * c) / B8_WG_GROUP * B8_WG_GROUP;
+static int32_t b8_winograd_block_tiles(const b8_dims* filter_dims) {
+  const int32_t c = filter_dims->c, budget = b8_winograd_whole_u(filter_dims) ? B8_WG_V_BYTES : B8_WG_V_BIG;
+  const int32_t tiles = budget / (32 * c) / B8_WG_GROUP * B8_WG_GROUP;
   return tiles < B8_WG_GROUP ? B8_WG_GROUP : tiles > B8_WG_MAX_TILES ? B8_WG_MAX_TILES : tiles;
 }
 
 int32_t b8_winograd_packed_size(const b8_dims* filter_dims) {
-  return 32 * b8_winograd_channels(filter_dims) * filter_dims->c + 4;
+  return 9 * b8_winograd_channels(filter_dims) * filter_dims->c + 4;
 }
 
 int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
-  /* V, M, the bias per channel and the output stage's three float constants, 64 bytes to align. */
-  const int32_t tiles = b8_winograd_block_tiles(filter_dims->c);
-  return 32 * tiles * filter_dims->c + 16 * tiles * B8_WG_CHANNELS * 4 + 16 * b8_winograd_channels(filter_dims) + 64;
+  /* V, M, U (whole, or 16 channels' 512 c bytes), the bias per channel and the output stage's
+   * three float constants, 64 bytes to align. */
+  const int32_t tiles = b8_winograd_block_tiles(filter_dims), c = filter_dims->c;
+  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims) : 512 * (int64_t)c;
+  return (int32_t)(32 * tiles * c + 16 * tiles * B8_WG_CHANNELS * 4 + u + 16 * b8_winograd_channels(filter_dims) + 64);
 }
 
-/* U per output channel block of 16, per position, per pair of input channels: [16][2] int16. */
+/* [out_c / 16][c][9 taps][16 channels], zero past the last channel, then B8_WEIGHTS_WINOGRAD: a
+ * tap's 16 channels are one load for b8_winograd_filter. */
 void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, int8_t* packed) {
-  const int32_t c = filter_dims->c, pairs = c / 2, channels = b8_winograd_channels(filter_dims);
-  int16_t* u = (int16_t*)packed;
-  memset(packed, 0, (size_t)32 * channels * c);
+  const int32_t c = filter_dims->c, channels = b8_winograd_channels(filter_dims);
+  memset(packed, 0, (size_t)9 * channels * c);
   for (int32_t oc = 0; oc < filter_dims->n; ++oc)
-    for (int32_t ic = 0; ic < c; ++ic) {
-      int32_t g[3][3], a[4][3];
-      for (int32_t ky = 0; ky < 3; ++ky)
-        for (int32_t kx = 0; kx < 3; ++kx) g[ky][kx] = filter[(((int64_t)oc * 3 + ky) * 3 + kx) * c + ic];
-      for (int32_t kx = 0; kx < 3; ++kx) { /* G g */
-        a[0][kx] = 2 * g[0][kx];
-        a[1][kx] = g[0][kx] + g[1][kx] + g[2][kx];
-        a[2][kx] = g[0][kx] - g[1][kx] + g[2][kx];
-        a[3][kx] = 2 * g[2][kx];
-      }
-      for (int32_t r = 0; r < 4; ++r) { /* (G g) G^T */
-        const int32_t row[4] = {2 * a[r][0], a[r][0] + a[r][1] + a[r][2], a[r][0] - a[r][1] + a[r][2], 2 * a[r][2]};
-        for (int32_t s = 0; s < 4; ++s)
-          u[((((int64_t)(oc / B8_WG_CHANNELS) * 16 + r * 4 + s) * pairs + ic / 2) * B8_WG_CHANNELS + oc % B8_WG_CHANNELS) * 2 +
-            ic % 2] = (int16_t)row[s];
+    for (int32_t tap = 0; tap < 9; ++tap)
+      for (int32_t ic = 0; ic < c; ++ic)
+        packed[(((int64_t)(oc / B8_WG_CHANNELS) * c + ic) * 9 + tap) * B8_WG_CHANNELS + oc % B8_WG_CHANNELS] =
+            filter[((int64_t)oc * 9 + tap) * c + ic];
+  const int32_t marker = B8_WEIGHTS_WINOGRAD;
+  memcpy(packed + (int64_t)9 * channels * c, &marker, 4);
+}
+
+/* Row r of U = G g G^T for one input channel's 16 output channels (g: 9 taps of 16 int8), in
+ * int16: G's row r over the kernel's rows (2 g0, g0 + g1 + g2, g0 - g1 + g2, 2 g2), then G^T. */
+B8_INLINE void b8_winograd_filter_row(const int8_t* g, int32_t r, __m256i u[4]) {
+  __m256i a[3];
+  for (int32_t kx = 0; kx < 3; ++kx) {
+#define B8_WG_TAP(ky) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(g + 16 * (3 * (ky) + kx))))
+    if (r == 0 || r == 3) {
+      const __m256i tap = B8_WG_TAP(r == 0 ? 0 : 2);
+      a[kx] = _mm256_add_epi16(tap, tap);
+    } else {
+      const __m256i outer = _mm256_add_epi16(B8_WG_TAP(0), B8_WG_TAP(2)), middle = B8_WG_TAP(1);
+      a[kx] = r == 1 ? _mm256_add_epi16(outer, middle) : _mm256_sub_epi16(outer, middle);
+    }
+#undef B8_WG_TAP
+  }
+  const __m256i outer = _mm256_add_epi16(a[0], a[2]);
+  u[0] = _mm256_add_epi16(a[0], a[0]);
+  u[1] = _mm256_add_epi16(outer, a[1]);
+  u[2] = _mm256_sub_epi16(outer, a[1]);
+  u[3] = _mm256_add_epi16(a[2], a[2]);
+}
+
+/* U of one block of 16 output channels (its packed filter g) into u: per position, per pair of
+ * input channels, two vectors of 8 (channel, pair) int16 pairs, vpmaddwd's operand. Interleaving
+ * two channels' vectors within 128-bit lanes puts output channels 0-3 and 8-11 in the first,
+ * 4-7 and 12-15 in the second: the accumulators hold that order (b8_winograd_output restores it).
+ * A row of positions at a time, so that the two channels' values stay in registers. */
+static void b8_winograd_filter(const int8_t* g, int32_t c, int16_t* u) {
+  const int64_t position = (int64_t)c * B8_WG_CHANNELS; /* int16 per position: c / 2 pairs of 32 */
+  for (int32_t ic = 0; ic < c; ic += 2) {
+    const int8_t* even = g + (int64_t)ic * 9 * B8_WG_CHANNELS;
+    for (int32_t r = 0; r < 4; ++r) {
+      __m256i ue[4], uo[4];
+      b8_winograd_filter_row(even, r, ue);
+      b8_winograd_filter_row(even + 9 * B8_WG_CHANNELS, r, uo);
+      for (int32_t s = 0; s < 4; ++s) {
+        int16_t* at = u + (4 * r + s) * position + (int64_t)ic * B8_WG_CHANNELS;
+        _mm256_storeu_si256((__m256i*)at, _mm256_unpacklo_epi16(ue[s], uo[s]));
+        _mm256_storeu_si256((__m256i*)(at + 16), _mm256_unpackhi_epi16(ue[s], uo[s]));
       }
     }
-  const int32_t marker = B8_WEIGHTS_WINOGRAD;
-  memcpy(packed + (int64_t)32 * channels * c, &marker, 4);
+  }
 }
 
 /* V of one tile, all c channels, 16 at a time: the 4x4 input block from (iy0, ix0), positions
@@ -153,26 +203,31 @@ static void b8_winograd_gemm(const int32_t* v, int32_t pairs, const int16_t* u, 
   }
 }
 
-/* A^T M A for 8 channels of one tile (positions `stride` int32 apart), divided by 4, plus the
- * bias: the tile's pixels (0, 0), (0, 1), (1, 0), (1, 1). */
-static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias, __m256i y[4]) {
-  __m256i s0[4], s1[4];
-  for (int32_t c = 0; c < 4; ++c) {
-    const __m256i m0 = _mm256_loadu_si256((const __m256i*)(m + c * stride));
-    const __m256i m1 = _mm256_loadu_si256((const __m256i*)(m + (4 + c) * stride));
-    const __m256i m2 = _mm256_loadu_si256((const __m256i*)(m + (8 + c) * stride));
-    const __m256i m3 = _mm256_loadu_si256((const __m256i*)(m + (12 + c) * stride));
-    s0[c] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
-    s1[c] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+/* A^T M A for 16 channels of one tile (M's positions `stride` int32 apart, each two vectors in the
+ * accumulators' order), divided by 4, plus the bias: y[h][i] holds channels 8h .. 8h + 7 of the
+ * tile's pixel i, (0, 0), (0, 1), (1, 0), (1, 1). */
+static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1, __m256i y[2][4]) {
+  for (int32_t h = 0; h < 2; ++h) {
+    __m256i s0[4], s1[4];
+    for (int32_t c = 0; c < 4; ++c) {
+      const __m256i m0 = _mm256_loadu_si256((const __m256i*)(m + c * stride + 8 * h));
+      const __m256i m1 = _mm256_loadu_si256((const __m256i*)(m + (4 + c) * stride + 8 * h));
+      const __m256i m2 = _mm256_loadu_si256((const __m256i*)(m + (8 + c) * stride + 8 * h));
+      const __m256i m3 = _mm256_loadu_si256((const __m256i*)(m + (12 + c) * stride + 8 * h));
+      s0[c] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
+      s1[c] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+    }
+    y[h][0] = _mm256_add_epi32(_mm256_add_epi32(s0[0], s0[1]), s0[2]);
+    y[h][1] = _mm256_sub_epi32(_mm256_sub_epi32(s0[1], s0[2]), s0[3]);
+    y[h][2] = _mm256_add_epi32(_mm256_add_epi32(s1[0], s1[1]), s1[2]);
+    y[h][3] = _mm256_sub_epi32(_mm256_sub_epi32(s1[1], s1[2]), s1[3]);
   }
-  const __m256i y00 = _mm256_add_epi32(_mm256_add_epi32(s0[0], s0[1]), s0[2]);
-  const __m256i y01 = _mm256_sub_epi32(_mm256_sub_epi32(s0[1], s0[2]), s0[3]);
-  const __m256i y10 = _mm256_add_epi32(_mm256_add_epi32(s1[0], s1[1]), s1[2]);
-  const __m256i y11 = _mm256_sub_epi32(_mm256_sub_epi32(s1[1], s1[2]), s1[3]);
-  y[0] = _mm256_add_epi32(_mm256_srai_epi32(y00, 2), bias);
-  y[1] = _mm256_add_epi32(_mm256_srai_epi32(y01, 2), bias);
-  y[2] = _mm256_add_epi32(_mm256_srai_epi32(y10, 2), bias);
-  y[3] = _mm256_add_epi32(_mm256_srai_epi32(y11, 2), bias);
+  for (int32_t i = 0; i < 4; ++i) { /* channels 0-3 and 8-11, 4-7 and 12-15 -> 0-7, 8-15 */
+    const __m256i low = _mm256_permute2x128_si256(y[0][i], y[1][i], 0x20);
+    const __m256i high = _mm256_permute2x128_si256(y[0][i], y[1][i], 0x31);
+    y[0][i] = _mm256_add_epi32(_mm256_srai_epi32(low, 2), bias0);
+    y[1][i] = _mm256_add_epi32(_mm256_srai_epi32(high, 2), bias1);
+  }
 }
 
 b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
@@ -180,9 +235,9 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
                                 const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
                                 int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
   const int32_t c = filter_dims->c, pairs = c / 2, out_c = output_dims->c, out_h = output_dims->h, out_w = output_dims->w;
-  const int32_t channels = b8_winograd_channels(filter_dims), block = b8_winograd_block_tiles(c);
+  const int32_t channels = b8_winograd_channels(filter_dims), block = b8_winograd_block_tiles(filter_dims);
   int32_t marker;
-  memcpy(&marker, packed + (int64_t)32 * channels * c, 4);
+  memcpy(&marker, packed + (int64_t)9 * channels * c, 4);
   if (marker != B8_WEIGHTS_WINOGRAD) return B8_ERROR_ARGUMENT; /* not packed for this path */
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
@@ -197,7 +252,9 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   int8_t* base = (int8_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   int16_t* v = (int16_t*)base;                                        /* [16][block][c] */
   int32_t* m = (int32_t*)(base + (int64_t)32 * block * c);            /* [16][block][16] */
-  int32_t* start = m + 16 * block * B8_WG_CHANNELS;                   /* the bias, channels */
+  int16_t* u = (int16_t*)(m + 16 * block * B8_WG_CHANNELS);          /* U, whole or a block's */
+  const int whole_u = b8_winograd_whole_u(filter_dims);
+  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims) : 512 * (int64_t)c));
   float* table = (float*)(start + channels);                          /* scale, offsets */
   for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
@@ -205,6 +262,10 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + channels, table + 2 * channels);
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const int64_t position = (int64_t)block * c; /* V's int16 from one position to the next */
+  const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
+  if (whole_u)
+    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS)
+      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u + (int64_t)oc0 * 16 * c);
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
     const int32_t groups = (count + B8_WG_GROUP - 1) / B8_WG_GROUP;
@@ -219,19 +280,20 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
                         2 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
     }
     for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS) {
-      const int16_t* u = (const int16_t*)packed + (int64_t)oc0 * 16 * c; /* 512 c bytes per block */
+      const int16_t* ub = u + (whole_u ? (int64_t)oc0 * 16 * c : 0); /* 512 c bytes per 16 channels */
+      if (!whole_u) b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u);
       for (int32_t p = 0; p < 16; ++p)
         for (int32_t g = 0; g < groups; ++g)
           b8_winograd_gemm((const int32_t*)(v + p * position + (int64_t)g * B8_WG_GROUP * c), pairs,
-                           u + (int64_t)p * pairs * 2 * B8_WG_CHANNELS,
+                           ub + (int64_t)p * pairs * 2 * B8_WG_CHANNELS,
                            m + ((int64_t)p * block + g * B8_WG_GROUP) * B8_WG_CHANNELS);
       const int32_t block_c = out_c - oc0 < B8_WG_CHANNELS ? out_c - oc0 : B8_WG_CHANNELS;
-      b8_estimate_x8_params estimate[2];
-      for (int32_t h = 0; vector_epilogue && h < block_c / 8; ++h) {
-        estimate[h].scale = _mm256_loadu_ps(table + oc0 + 8 * h);
-        estimate[h].offset_nonnegative = _mm256_loadu_ps(table + channels + oc0 + 8 * h);
-        estimate[h].offset_negative = _mm256_loadu_ps(table + 2 * channels + oc0 + 8 * h);
-      }
+      /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
+      const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
+      b8_block_epilogue e;
+      if (fused) b8_block_epilogue_load(quant, table, channels, oc0, &e);
+      const __m256i bias0 = _mm256_loadu_si256((const __m256i*)(start + oc0));
+      const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
       for (int32_t t = 0; t < count; ++t) {
         const int64_t row = first_row + (first + t) / tiles_w;
         const int32_t ox = 2 * (int32_t)((first + t) % tiles_w), oy = 2 * (int32_t)(row % tiles_h);
@@ -241,18 +303,29 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
           const int64_t pixel = row / tiles_h * image_pixels + (int64_t)y * out_w + x;
           if (y < out_h && x < out_w && pixel >= begin && pixel < end) out[i] = output + pixel * out_c + oc0;
         }
-        for (int32_t h = 0; h < 2; ++h) {
-          __m256i y[4];
-          b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS + 8 * h, (int64_t)block * B8_WG_CHANNELS,
-                             _mm256_loadu_si256((const __m256i*)(start + oc0 + 8 * h)), y);
-          for (int32_t i = 0; i < 4; ++i) {
-            if (!out[i]) continue;
+        __m256i y[2][4]; /* channels 0-7 and 8-15 of the tile's four pixels */
+        b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias0, bias1, y);
+        if (fused) {
+          for (int32_t i = 0; i < 4; i += 2) {
+            const __m256i bytes = b8_block_finish(&e, y[0][i], y[1][i], y[0][i + 1], y[1][i + 1]);
+            if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm256_castsi256_si128(bytes));
+            if (out[i + 1]) _mm_storeu_si128((__m128i*)out[i + 1], _mm256_extracti128_si256(bytes, 1));
+          }
+          continue;
+        }
+        for (int32_t i = 0; i < 4; ++i) {
+          if (!out[i]) continue;
+          for (int32_t h = 0; h < 2 && 8 * h < block_c; ++h) {
             if (vector_epilogue) {
-              if (8 * h < block_c) b8_output_s8x8(y[i], &estimate[h], quant, oc0 + 8 * h, lo, hi, out[i] + 8 * h);
+              b8_estimate_x8_params estimate;
+              estimate.scale = _mm256_loadu_ps(table + oc0 + 8 * h);
+              estimate.offset_nonnegative = _mm256_loadu_ps(table + channels + oc0 + 8 * h);
+              estimate.offset_negative = _mm256_loadu_ps(table + 2 * channels + oc0 + 8 * h);
+              b8_output_s8x8(y[h][i], &estimate, quant, oc0 + 8 * h, lo, hi, out[i] + 8 * h);
               continue;
             }
             int32_t sums[8];
-            _mm256_storeu_si256((__m256i*)sums, y[i]);
+            _mm256_storeu_si256((__m256i*)sums, y[h][i]);
             for (int32_t k = 0; k < 8 && 8 * h + k < block_c; ++k)
               out[i][8 * h + k] = b8_output_s8(sums[k], quant, oc0 + 8 * h + k);
           }
