@@ -361,8 +361,8 @@ def winograd_suits(case: dict) -> bool:
 def _winograd_conv2d_paths(case: dict) -> set[str]:
     """conv2d_paths of the AVX2 build's Winograd path: its filter transformed once per call, or per
     block of tiles where U passes 512 KB; the rows of 2x2 tiles that hold a call's pixels, in
-    blocks of b8_winograd_block_tiles (several, or a last group of fewer than 6 tiles
-    filled with spare ones), tiles whose 4x4 input reads padding, tiles with pixels not written
+    blocks of b8_winograd_block_tiles (several) and groups of 6 (the last of 4 where 1-4 remain,
+    filled with spare tiles where it is not full), tiles whose 4x4 input reads padding, tiles with pixels not written
     (past the output's last row or column, or outside the call's share); blocks of 16 channels
     (partial, several) and their epilogue (whole blocks fused, two pixels at a time; else 8
     lanes, or scalar)."""
@@ -382,7 +382,9 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
         last_row = (end - 1) // (oh * ow) * tiles_h + (end - 1) % (oh * ow) // ow // 2
         tiles = (last_row - first_row + 1) * tiles_w
         paths |= {"several tile blocks"} if tiles > block else set()
-        paths |= {"spare tiles"} if tiles % block % 6 else set()
+        rest = tiles % block % 6  # the last group's tiles: 6, or 4 where 1-4 remain
+        paths |= {"four-tile group"} if 1 <= rest <= 4 else set()
+        paths |= {"spare tiles"} if rest in (1, 2, 3, 5) else set()
         ty = np.arange(first_row, last_row + 1) % tiles_h
         rows_padded = (2 * ty - top < 0) | (2 * ty - top + 4 > h)
         columns_padded = (2 * np.arange(tiles_w) - left < 0) | (2 * np.arange(tiles_w) - left + 4 > w)

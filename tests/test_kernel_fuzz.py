@@ -89,7 +89,7 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # shifts the weights or offsets signed inputs (never takes them as they are), VNNI also has narrow
 # tiles and 32-channel epilogues.
 VARIANT_PATHS = {"avx2": AVX2_PATHS | {"winograd", "several tile blocks", "spare tiles", "padded tile",
-                                       "tile partly written", "filter per tile block"}, "avxvnni": {"shifted weights", "signed offset"},
+                                       "tile partly written", "filter per tile block", "four-tile group"}, "avxvnni": {"shifted weights", "signed offset"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights"}}
 # The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),
 # and the VNNI tiles of its shorter patches.

@@ -132,7 +132,7 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles.
 # AVX2 only: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths).
 WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
-                  "filter per tile block"}
+                  "filter per tile block", "four-tile group"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "epilogue fused x16", "epilogue fused clamped"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "epilogue fused x16",

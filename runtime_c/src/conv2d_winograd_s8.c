@@ -174,9 +174,10 @@ static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, in
   }
 }
 
-/* m[t][0, 16) = sum over k of v[t][k] x u[k] for 6 tiles t (rows of v `pairs` int32 apart, each
- * a pair of int16): vpmaddwd multiplies a pair of V by a pair of U per channel and sums them. */
-static void b8_winograd_gemm(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m) {
+/* m[t][0, 16) = sum over k of v[t][k] x u[k] for n = 6 or 4 tiles t (rows of v `pairs` int32
+ * apart, each a pair of int16): vpmaddwd multiplies a pair of V by a pair of U per channel and
+ * sums them. 4 tiles end a block whose last group has 1-4 (a 7x7 output has 16 tiles). */
+B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m, const int n) {
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
   __m256i a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
   const int32_t *v0 = v, *v1 = v0 + pairs, *v2 = v1 + pairs, *v3 = v2 + pairs, *v4 = v3 + pairs, *v5 = v4 + pairs;
@@ -192,15 +193,25 @@ static void b8_winograd_gemm(const int32_t* v, int32_t pairs, const int16_t* u, 
     B8_WG_STEP(v1, a10, a11);
     B8_WG_STEP(v2, a20, a21);
     B8_WG_STEP(v3, a30, a31);
-    B8_WG_STEP(v4, a40, a41);
-    B8_WG_STEP(v5, a50, a51);
+    if (n > 4) {
+      B8_WG_STEP(v4, a40, a41);
+      B8_WG_STEP(v5, a50, a51);
+    }
 #undef B8_WG_STEP
   }
   const __m256i all[B8_WG_GROUP][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
-  for (int32_t t = 0; t < B8_WG_GROUP; ++t) {
+  for (int32_t t = 0; t < n; ++t) {
     _mm256_storeu_si256((__m256i*)(m + t * B8_WG_CHANNELS), all[t][0]);
     _mm256_storeu_si256((__m256i*)(m + t * B8_WG_CHANNELS + 8), all[t][1]);
   }
+}
+
+static void b8_winograd_gemm6(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m) {
+  b8_winograd_gemm_tiles(v, pairs, u, m, 6);
+}
+
+static void b8_winograd_gemm4(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m) {
+  b8_winograd_gemm_tiles(v, pairs, u, m, 4);
 }
 
 /* A^T M A for 16 channels of one tile (M's positions `stride` int32 apart, each two vectors in the
@@ -268,8 +279,9 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u + (int64_t)oc0 * 16 * c);
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
-    const int32_t groups = (count + B8_WG_GROUP - 1) / B8_WG_GROUP;
-    for (int32_t t = 0; t < groups * B8_WG_GROUP; ++t) {
+    /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
+    const int32_t rest = count % B8_WG_GROUP, slots = count - rest + (rest == 0 ? 0 : rest > 4 ? 6 : 4);
+    for (int32_t t = 0; t < slots; ++t) {
       if (t >= count) { /* the last group's spare tiles: zeros, whose results are never written */
         for (int32_t p = 0; p < 16; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
         continue;
@@ -283,10 +295,11 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       const int16_t* ub = u + (whole_u ? (int64_t)oc0 * 16 * c : 0); /* 512 c bytes per 16 channels */
       if (!whole_u) b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u);
       for (int32_t p = 0; p < 16; ++p)
-        for (int32_t g = 0; g < groups; ++g)
-          b8_winograd_gemm((const int32_t*)(v + p * position + (int64_t)g * B8_WG_GROUP * c), pairs,
+        for (int32_t g = 0; g < slots; g += B8_WG_GROUP)
+          (slots - g >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
+              (const int32_t*)(v + p * position + (int64_t)g * c), pairs,
                            ub + (int64_t)p * pairs * 2 * B8_WG_CHANNELS,
-                           m + ((int64_t)p * block + g * B8_WG_GROUP) * B8_WG_CHANNELS);
+                           m + ((int64_t)p * block + g) * B8_WG_CHANNELS);
       const int32_t block_c = out_c - oc0 < B8_WG_CHANNELS ? out_c - oc0 : B8_WG_CHANNELS;
       /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
       const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
