@@ -251,7 +251,8 @@ def gen_conv2d(rng) -> dict:
     """Plain (groups 1, channel counts around whole tiles), stems (3x3 or 7x7 on 3 channels over
     rows wide enough for whole tiles of windows: patches gathered whole), pointwise (1x1, stride
     1, on a multiple of 4 channels: the input's pixels as patches, in chunks of tiles), 3x3
-    stride-1 on 16-128 channels (now and then the most a 2^15-byte patch holds), grouped,
+    stride-1 on 16-128 channels (now and then 896, the most the Winograd path takes, or 912),
+    grouped,
     depthwise-shaped grouped, and now and then a patch at the longest the VNNI tile takes signed
     (2^15 bytes)."""
     r = rng.random()
@@ -272,7 +273,7 @@ def gen_conv2d(rng) -> dict:
                 "dilation": (1, 1), "out_hw": (h, w)}
         return _conv_rest(rng, case, in_c, weights(rng, (out_c, 1, 1, in_c)), out_c, in_c)
     if 0.6 <= r < 0.65:  # 3x3 stride 1 on a multiple of 16 channels (the AVX2 build's Winograd path)
-        in_c = 16 * int(rng.integers(1, 9)) if chance(rng, 0.95) else MAX_PATCH // 9 // 16 * 16
+        in_c = 16 * int(rng.integers(1, 9)) if chance(rng, 0.95) else int(rng.choice([896, 912]))
         out_c = channels(rng) if in_c <= 128 else int(rng.integers(1, 33))  # a pixel's MACs stay in bounds
         n = 1 if chance(rng, 0.7) else int(rng.integers(2, 4))
         while True:

@@ -350,17 +350,17 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
 
 
 def winograd_suits(case: dict) -> bool:
-    """Whether the AVX2 build convolves by Winograd's F(2x2, 3x3) (conv2d_winograd_s8.c,
+    """Whether the AVX2 build convolves by Winograd's F(2x4, 3x3) (conv2d_winograd_s8.c,
     b8_winograd_suits): groups 1, a 3x3 kernel, stride and dilation 1, input channels a multiple
-    of 16, patches of at most 2^15 bytes."""
+    of 16, at most 896."""
     cout, kh, kw, cin = case["weight"].shape
     return (case["groups"] == 1 and (kh, kw) == (3, 3) and tuple(case["strides"]) == (1, 1)
-            and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and 9 * cin <= 1 << 15)
+            and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and cin <= 896)
 
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
     """conv2d_paths of the AVX2 build's Winograd path: its filter transformed once per call, or per
-    block of tiles where U passes 512 KB; the rows of 2x2 tiles that hold a call's pixels, in
+    block of tiles where U passes 1 MB; the rows of 2 x 4 tiles that hold a call's pixels, in
     blocks of b8_winograd_block_tiles (several) and groups of 6 (the last of 4 where 1-4 remain,
     filled with spare tiles where it is not full), tiles whose 4x4 input reads padding, tiles with pixels not written
     (past the output's last row or column, or outside the call's share); blocks of 16 channels
@@ -370,9 +370,9 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
     top, left = case["padding"]
-    whole_u = 32 * -(-cout // 16) * 16 * cin <= 512 * 1024  # U transformed once per call
-    block = min(48, max(6, (64 if whole_u else 320) * 1024 // (32 * cin) // 6 * 6))
-    tiles_w, tiles_h = -(-ow // 2), -(-oh // 2)
+    whole_u = 48 * -(-cout // 16) * 16 * cin <= 1024 * 1024  # U transformed once per call
+    block = min(48, max(6, (96 if whole_u else 480) * 1024 // (48 * cin) // 6 * 6))
+    tiles_w, tiles_h = -(-ow // 4), -(-oh // 2)
     paths = {"winograd"} | (set() if whole_u else {"filter per tile block"})
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
@@ -387,12 +387,12 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
         paths |= {"spare tiles"} if rest in (1, 2, 3, 5) else set()
         ty = np.arange(first_row, last_row + 1) % tiles_h
         rows_padded = (2 * ty - top < 0) | (2 * ty - top + 4 > h)
-        columns_padded = (2 * np.arange(tiles_w) - left < 0) | (2 * np.arange(tiles_w) - left + 4 > w)
+        columns_padded = (4 * np.arange(tiles_w) - left < 0) | (4 * np.arange(tiles_w) - left + 6 > w)
         paths |= {"padded tile"} if rows_padded.any() or columns_padded.any() else set()
         # A tile's pixels that are written: inside the output and the share.
         row_start = first_row // tiles_h * oh * ow + 2 * (first_row % tiles_h) * ow
         row_end = last_row // tiles_h * oh * ow + min(2 * (last_row % tiles_h) + 2, oh) * ow
-        paths |= {"tile partly written"} if oh % 2 or ow % 2 or row_start != begin or row_end != end else set()
+        paths |= {"tile partly written"} if oh % 2 or ow % 4 or row_start != begin or row_end != end else set()
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
     for oc0 in range(0, cout, 16):
         paths |= {"partial channel tile"} if cout - oc0 < 16 else set()

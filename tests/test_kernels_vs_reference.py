@@ -819,7 +819,7 @@ WINOGRAD_SEEDS = range(10)
 
 def winograd_case(seed):
     """3x3 stride-1 convolutions on 16-512 input channels (the AVX2 build's Winograd path):
-    outputs of odd and even sizes up to 18 x 18 (tiles past the last row or column, several
+    outputs of any size up to 18 x 18 (tiles past the last row or column, several
     blocks of tiles, a last group of fewer than 6), padding of 0-2 on each side (tiles reading
     padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
     and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift;
@@ -864,11 +864,11 @@ def test_conv2d_winograd(kernels, seed):
 
 
 def test_conv2d_winograd_wraps_exactly(kernels):
-    """The most input channels a patch of 2^15 bytes allows (3632, a multiple of 16), every value
-    at the int8 ends: Winograd's sums of 4 x sum(x * w) and its transformed products leave int32
-    on the way (they wrap), and the result is still exact."""
+    """The most input channels Winograd takes (896), every value at the int8 ends: its sums of
+    48 x sum(x * w) leave int32 on the way (they wrap), and the division by 48 modulo 2^32 still
+    gives the exact sums; 912 channels take the direct path."""
     rng = np.random.default_rng(5)
-    cin, cout = 3632, 16
+    cin, cout = 896, 16
     x = np.where(rng.random((1, 4, 5, cin)) < 0.9, -128, 127).astype(np.int8)
     weight = np.where(rng.random((cout, 3, 3, cin)) < 0.9, -127, 127).astype(np.int8)
     weight[1::2] = -127  # every product 128 x 127 where x is -128
@@ -880,9 +880,13 @@ def test_conv2d_winograd_wraps_exactly(kernels):
     assert "winograd" in kernel_calls.conv2d_paths(case, "avx2")
     sums = np.einsum("nhwc,ohwc->o", np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-128)[:, :3, :3]
                      .astype(np.int64), weight.astype(np.int64))
-    assert 4 * np.abs(sums).max() > 1 << 30  # the Winograd-domain values pass 2^31
+    assert 48 * np.abs(sums).max() > 1 << 32  # Winograd's sums pass 2^32
     expected = assert_matches(kernels, "conv2d", case)
     assert len(np.unique(expected)) > 3
+    wider = {**case, "x": np.concatenate([x, x[..., :16]], axis=3),
+             "weight": np.concatenate([weight, weight[..., :16]], axis=3)}
+    assert "winograd" not in kernel_calls.conv2d_paths(wider, "avx2")
+    assert_matches(kernels, "conv2d", wider)
 
 
 @pytest.mark.parametrize("seed", POINTWISE_SEEDS)

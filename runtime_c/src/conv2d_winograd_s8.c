@@ -1,35 +1,40 @@
-/* 3x3 stride-1 convolution by Winograd's F(2x2, 3x3) in exact integer arithmetic: b8_conv2d_s8's
+/* 3x3 stride-1 convolution by Winograd's F(2x4, 3x3) in exact integer arithmetic: b8_conv2d_s8's
  * path in the AVX2 build without VNNI (B8_WINOGRAD), for the layers b8_winograd_suits names.
  *
  * Why. Without VNNI, AVX2 multiplies bytes by vpmaddubsw (unsigned x signed, pairs summed in
  * int16), then vpmaddwd: for 8-bit activations that may be negative (asymmetric ones after a
  * relu) that is exact only with a correction (conv2d_s8.c), four vector operations per 32
- * products where Intel's cores issue three per cycle. F(2x2, 3x3) makes a 2x2 block of output
- * pixels from a 4x4 block of input with 16 products per input channel instead of 36, on int16
- * operands whose pairs vpmaddwd multiplies and sums exactly in int32: 2.25x fewer products for
- * the same count of multiplying instructions per product.
+ * products where Intel's cores issue three per cycle. F(2x4, 3x3) makes a block of 2 x 4 output
+ * pixels from a 4 x 6 block of input with 24 products per input channel instead of 72, on int16
+ * operands whose pairs vpmaddwd multiplies and sums exactly in int32: 3x fewer products for the
+ * same count of multiplying instructions per product. (F(2x2, 3x3), 2.25x fewer, ran ResNet-18's
+ * 3x3 layers 1.2x slower.)
  *
- * The arithmetic, per input channel, d the 4x4 input block (padded positions read pad_value) and
- * g the 3x3 filter:
- *   V = B^T d B,  B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   |V| <= 4 x 128 = 512
- *   U = G g G^T,  G   = [2 0 0; 1 1 1; 1 -1 1; 0 0 2]              |U| <= 9 x 127 = 1143
- *   Y = A^T (sum over channels of U . V) A,  A^T = [1 1 1 0; 0 1 -1 -1]
- * G is twice the textbook's (whose middle rows are halves), so Y is 4 x the 2x2 block of
- * sum(x * w). Every step adds and multiplies integers, so Y is exact modulo 2^32 whatever the
- * intermediate sums wrap to; 4 x sum(x * w) fits int32 for patches of up to 2^15 bytes
- * (4 x 2^15 x 128 x 127 < 2^31), so Y is exact, and Y / 4 (a shift) is the direct convolution's
- * sum, bit for bit.
+ * The arithmetic, per input channel, d the 4 x 6 input block (padded positions read pad_value)
+ * and g the 3x3 filter: F(2, 3) down the rows, F(4, 3) along them,
+ *   V = B2^T d B4,  U = G2 g G4^T,  Y = A2^T (sum over channels of U . V) A4, with
+ *   B2^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G2 = [2 0 0; 1 1 1; 1 -1 1; 0 0 2],
+ *   A2^T = [1 1 1 0; 0 1 -1 -1],
+ *   B4^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1],
+ *   G4 = [6 0 0; -4 -4 -4; -4 4 -4; 1 2 4; 1 -2 4; 0 0 24],
+ *   A4^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1];
+ * |V| <= 2 x 10 x 128 = 2560 and |U| <= 3 x 24 x 127 = 9144 fit int16. G2 and G4 are 2 and 24
+ * times the textbook's (whose entries are fractions), so Y is 48 x the 2 x 4 block of sum(x * w).
+ * Every step adds and multiplies integers, so Y is exact modulo 2^32 whatever the intermediate
+ * sums wrap to; Y / 16 is then 3 x sum modulo 2^28, and times the inverse of 3 modulo 2^32 the
+ * sum modulo 2^28, which is the sum itself while |sum| < 2^27: 9 x c x 128 x 127 for c <= 896
+ * input channels. Bit for bit the direct convolution's sum.
  *
  * Work. The packed filter is the int8 one, 16 output channels x 9 taps per input channel; a
- * call transforms it into U (int16, [16 positions][c / 2][16 channels][2]: vpmaddwd's pairs), all
- * of it once where it is small (b8_winograd_whole_u), else 16 channels at a time for each block
- * of tiles: U is 16 / 9 x 2 bytes per weight, 3.6x the filter, and read from memory it made a
- * 3x3 layer on 512 channels at 7x7 pixels wait on the memory (0.1 ms of transform per call
- * against 8.4 MB read). 2x2 tiles of output pixels in blocks of up to b8_winograd_block_tiles:
- * a block's V (int16, [16][tiles][c]) is made once; then, per 16 output channels, per position,
- * V times that position's U by 6 tiles x 16 channels at a time (12 accumulators), into M
- * ([16][tiles][16] int32); then per tile A^T M A, the bias and the convolutions' output stage
- * (b8_block_finish: two pixels' 16 channels at a time). */
+ * call transforms it into U (int16, [24 positions][c / 2][16 channels][2]: vpmaddwd's pairs),
+ * all of it once where it is small (b8_winograd_whole_u), else 16 channels at a time for each
+ * block of tiles: U is 24 / 9 x 2 bytes per weight, 5.3x the filter, and read from memory it made
+ * a 3x3 layer on 512 channels at 7x7 pixels wait on the memory. Tiles of 2 x 4 output pixels in
+ * blocks of up to b8_winograd_block_tiles: a block's V (int16, [24][tiles][c]) is made once; then,
+ * per 16 output channels, per position, V times that position's U by 6 tiles x 16 channels at a
+ * time (12 accumulators), into M ([24][tiles][16] int32); then per tile A2^T M A4, the division,
+ * the bias and the convolutions' output stage (b8_block_finish: two pixels' 16 channels at a
+ * time). */
 #include <string.h>
 
 #include "byoc_int8.h"
@@ -40,23 +45,26 @@
 /* Tiles per GEMM step; output channels per block; the bytes of V a block may take, and the most
  * tiles a block has (M stays within 48 KB); the U a call transforms whole, and the V budget then
  * used for U made per block (fewer blocks, fewer transforms); the packed filter's last int32. */
-enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 64 * 1024, B8_WG_MAX_TILES = 48 };
-enum { B8_WG_U_WHOLE = 512 * 1024, B8_WG_V_BIG = 320 * 1024 };
+enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 96 * 1024, B8_WG_MAX_TILES = 48 };
+enum { B8_WG_U_WHOLE = 1024 * 1024, B8_WG_V_BIG = 480 * 1024 };
+/* Positions of the transformed block (4 x 6), output pixels of a tile (2 x 4), input channels at
+ * most (the exact division's bound). */
+enum { B8_WG_POSITIONS = 24, B8_WG_PIXELS = 8, B8_WG_MAX_C = 896 };
 enum { B8_WEIGHTS_WINOGRAD = 0x77673233 };
 
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   return conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
          conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
-         9 * filter_dims->c <= (1 << 15);
+         filter_dims->c <= B8_WG_MAX_C;
 }
 
 static int32_t b8_winograd_channels(const b8_dims* filter_dims) {
   return (filter_dims->n + B8_WG_CHANNELS - 1) / B8_WG_CHANNELS * B8_WG_CHANNELS;
 }
 
-/* U's bytes: 16 positions x c x 2 bytes per output channel. */
+/* U's bytes: 24 positions x c x 2 bytes per output channel. */
 static int64_t b8_winograd_u_bytes(const b8_dims* filter_dims) {
-  return (int64_t)32 * b8_winograd_channels(filter_dims) * filter_dims->c;
+  return (int64_t)2 * B8_WG_POSITIONS * b8_winograd_channels(filter_dims) * filter_dims->c;
 }
 
 /* Whether a call transforms the whole filter once (else 16 channels per block of tiles). */
@@ -64,10 +72,10 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
   return b8_winograd_u_bytes(filter_dims) <= B8_WG_U_WHOLE;
 }
 
-/* Tiles per block: V takes 32 x c bytes per tile. */
+/* Tiles per block: V takes 48 x c bytes per tile. */
 static int32_t b8_winograd_block_tiles(const b8_dims* filter_dims) {
   const int32_t c = filter_dims->c, budget = b8_winograd_whole_u(filter_dims) ? B8_WG_V_BYTES : B8_WG_V_BIG;
-  const int32_t tiles = budget / (32 * c) / B8_WG_GROUP * B8_WG_GROUP;
+  const int32_t tiles = budget / (2 * B8_WG_POSITIONS * c) / B8_WG_GROUP * B8_WG_GROUP;
   return tiles < B8_WG_GROUP ? B8_WG_GROUP : tiles > B8_WG_MAX_TILES ? B8_WG_MAX_TILES : tiles;
 }
 
@@ -76,11 +84,12 @@ int32_t b8_winograd_packed_size(const b8_dims* filter_dims) {
 }
 
 int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
-  /* V, M, U (whole, or 16 channels' 512 c bytes), the bias per channel and the output stage's
+  /* V, M, U (whole, or 16 channels' 768 c bytes), the bias per channel and the output stage's
    * three float constants, 64 bytes to align. */
   const int32_t tiles = b8_winograd_block_tiles(filter_dims), c = filter_dims->c;
-  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims) : 512 * (int64_t)c;
-  return (int32_t)(32 * tiles * c + 16 * tiles * B8_WG_CHANNELS * 4 + u + 16 * b8_winograd_channels(filter_dims) + 64);
+  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims) : 768 * (int64_t)c;
+  return (int32_t)(2 * B8_WG_POSITIONS * tiles * c + B8_WG_POSITIONS * tiles * B8_WG_CHANNELS * 4 + u +
+                   16 * b8_winograd_channels(filter_dims) + 64);
 }
 
 /* [out_c / 16][c][9 taps][16 channels], zero past the last channel, then B8_WEIGHTS_WINOGRAD: a
@@ -97,9 +106,10 @@ void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, i
   memcpy(packed + (int64_t)9 * channels * c, &marker, 4);
 }
 
-/* Row r of U = G g G^T for one input channel's 16 output channels (g: 9 taps of 16 int8), in
- * int16: G's row r over the kernel's rows (2 g0, g0 + g1 + g2, g0 - g1 + g2, 2 g2), then G^T. */
-B8_INLINE void b8_winograd_filter_row(const int8_t* g, int32_t r, __m256i u[4]) {
+/* Row r of U = G2 g G4^T for one input channel's 16 output channels (g: 9 taps of 16 int8), in
+ * int16: G2's row r over the kernel's rows (2 g0, g0 + g1 + g2, g0 - g1 + g2, 2 g2), then G4's
+ * six rows along them. */
+B8_INLINE void b8_winograd_filter_row(const int8_t* g, int32_t r, __m256i u[6]) {
   __m256i a[3];
   for (int32_t kx = 0; kx < 3; ++kx) {
 #define B8_WG_TAP(ky) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(g + 16 * (3 * (ky) + kx))))
@@ -112,11 +122,15 @@ B8_INLINE void b8_winograd_filter_row(const int8_t* g, int32_t r, __m256i u[4]) 
     }
 #undef B8_WG_TAP
   }
-  const __m256i outer = _mm256_add_epi16(a[0], a[2]);
-  u[0] = _mm256_add_epi16(a[0], a[0]);
-  u[1] = _mm256_add_epi16(outer, a[1]);
-  u[2] = _mm256_sub_epi16(outer, a[1]);
-  u[3] = _mm256_add_epi16(a[2], a[2]);
+  const __m256i outer = _mm256_add_epi16(a[0], a[2]);                           /* a0 + a2 */
+  const __m256i near = _mm256_add_epi16(a[0], _mm256_slli_epi16(a[2], 2));      /* a0 + 4 a2 */
+  const __m256i twice = _mm256_add_epi16(a[1], a[1]);                           /* 2 a1 */
+  u[0] = _mm256_mullo_epi16(a[0], _mm256_set1_epi16(6));
+  u[1] = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(outer, a[1])), 2);
+  u[2] = _mm256_slli_epi16(_mm256_sub_epi16(a[1], outer), 2);
+  u[3] = _mm256_add_epi16(near, twice);
+  u[4] = _mm256_sub_epi16(near, twice);
+  u[5] = _mm256_mullo_epi16(a[2], _mm256_set1_epi16(24));
 }
 
 /* U of one block of 16 output channels (its packed filter g) into u: per position, per pair of
@@ -129,11 +143,11 @@ static void b8_winograd_filter(const int8_t* g, int32_t c, int16_t* u) {
   for (int32_t ic = 0; ic < c; ic += 2) {
     const int8_t* even = g + (int64_t)ic * 9 * B8_WG_CHANNELS;
     for (int32_t r = 0; r < 4; ++r) {
-      __m256i ue[4], uo[4];
+      __m256i ue[6], uo[6];
       b8_winograd_filter_row(even, r, ue);
       b8_winograd_filter_row(even + 9 * B8_WG_CHANNELS, r, uo);
-      for (int32_t s = 0; s < 4; ++s) {
-        int16_t* at = u + (4 * r + s) * position + (int64_t)ic * B8_WG_CHANNELS;
+      for (int32_t s = 0; s < 6; ++s) {
+        int16_t* at = u + (6 * r + s) * position + (int64_t)ic * B8_WG_CHANNELS;
         _mm256_storeu_si256((__m256i*)at, _mm256_unpacklo_epi16(ue[s], uo[s]));
         _mm256_storeu_si256((__m256i*)(at + 16), _mm256_unpackhi_epi16(ue[s], uo[s]));
       }
@@ -141,35 +155,43 @@ static void b8_winograd_filter(const int8_t* g, int32_t c, int16_t* u) {
   }
 }
 
-/* V of one tile, all c channels, 16 at a time: the 4x4 input block from (iy0, ix0), positions
- * outside the input reading pad_value; position r x 4 + s at v + (r x 4 + s) x stride. */
+/* V of one tile, all c channels, 16 at a time: the 4 x 6 input block from (iy0, ix0), positions
+ * outside the input reading pad_value; position r x 6 + s at v + (r x 6 + s) x stride. */
 static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, int32_t iy0, int32_t ix0,
                               int32_t pad_value, int16_t* v, int64_t stride) {
   const int32_t c = input_dims->c;
   const __m256i pad = _mm256_set1_epi16((int16_t)pad_value);
-  int inside[4][4];
+  int inside[4][6];
   for (int32_t r = 0; r < 4; ++r)
-    for (int32_t s = 0; s < 4; ++s)
+    for (int32_t s = 0; s < 6; ++s)
       inside[r][s] = iy0 + r >= 0 && iy0 + r < input_dims->h && ix0 + s >= 0 && ix0 + s < input_dims->w;
   const int8_t* at = image + ((int64_t)iy0 * input_dims->w + ix0) * c; /* formed only, never read outside */
   const int64_t row = (int64_t)input_dims->w * c;
   for (int32_t c0 = 0; c0 < c; c0 += 16) {
-    __m256i d[4][4], t[4][4];
-    for (int32_t r = 0; r < 4; ++r)
-      for (int32_t s = 0; s < 4; ++s)
-        d[r][s] = inside[r][s] ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(at + r * row + s * c + c0))) : pad;
-    for (int32_t s = 0; s < 4; ++s) { /* B^T d */
-      t[0][s] = _mm256_sub_epi16(d[0][s], d[2][s]);
-      t[1][s] = _mm256_add_epi16(d[1][s], d[2][s]);
-      t[2][s] = _mm256_sub_epi16(d[2][s], d[1][s]);
-      t[3][s] = _mm256_sub_epi16(d[1][s], d[3][s]);
+    __m256i t[4][6];
+    for (int32_t s = 0; s < 6; ++s) { /* B2^T d, column s */
+      __m256i d[4];
+      for (int32_t r = 0; r < 4; ++r)
+        d[r] = inside[r][s] ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(at + r * row + s * c + c0))) : pad;
+      t[0][s] = _mm256_sub_epi16(d[0], d[2]);
+      t[1][s] = _mm256_add_epi16(d[1], d[2]);
+      t[2][s] = _mm256_sub_epi16(d[2], d[1]);
+      t[3][s] = _mm256_sub_epi16(d[1], d[3]);
     }
-    for (int32_t r = 0; r < 4; ++r) { /* (B^T d) B */
-      int16_t* out = v + r * 4 * stride + c0;
-      _mm256_storeu_si256((__m256i*)out, _mm256_sub_epi16(t[r][0], t[r][2]));
-      _mm256_storeu_si256((__m256i*)(out + stride), _mm256_add_epi16(t[r][1], t[r][2]));
-      _mm256_storeu_si256((__m256i*)(out + 2 * stride), _mm256_sub_epi16(t[r][2], t[r][1]));
-      _mm256_storeu_si256((__m256i*)(out + 3 * stride), _mm256_sub_epi16(t[r][1], t[r][3]));
+    for (int32_t r = 0; r < 4; ++r) { /* (B2^T d) B4, row r */
+      const __m256i* x = t[r];
+      int16_t* out = v + r * 6 * stride + c0;
+      const __m256i p = _mm256_sub_epi16(x[4], _mm256_slli_epi16(x[2], 2)); /* x4 - 4 x2 */
+      const __m256i q = _mm256_sub_epi16(x[3], _mm256_slli_epi16(x[1], 2)); /* x3 - 4 x1 */
+      const __m256i e = _mm256_sub_epi16(x[4], x[2]);                        /* x4 - x2 */
+      const __m256i f = _mm256_slli_epi16(_mm256_sub_epi16(x[3], x[1]), 1); /* 2 (x3 - x1) */
+      _mm256_storeu_si256((__m256i*)out, _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[0], x[2]), 2), e));
+      _mm256_storeu_si256((__m256i*)(out + stride), _mm256_add_epi16(p, q));
+      _mm256_storeu_si256((__m256i*)(out + 2 * stride), _mm256_sub_epi16(p, q));
+      _mm256_storeu_si256((__m256i*)(out + 3 * stride), _mm256_add_epi16(e, f));
+      _mm256_storeu_si256((__m256i*)(out + 4 * stride), _mm256_sub_epi16(e, f));
+      _mm256_storeu_si256((__m256i*)(out + 5 * stride),
+                          _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[1], x[3]), 2), _mm256_sub_epi16(x[5], x[3])));
     }
   }
 }
@@ -214,30 +236,40 @@ static void b8_winograd_gemm4(const int32_t* v, int32_t pairs, const int16_t* u,
   b8_winograd_gemm_tiles(v, pairs, u, m, 4);
 }
 
-/* A^T M A for 16 channels of one tile (M's positions `stride` int32 apart, each two vectors in the
- * accumulators' order), divided by 4, plus the bias: y[h][i] holds channels 8h .. 8h + 7 of the
- * tile's pixel i, (0, 0), (0, 1), (1, 0), (1, 1). */
-static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1, __m256i y[2][4]) {
+/* A2^T M A4 for 16 channels of one tile (M's positions `stride` int32 apart, each two vectors in
+ * the accumulators' order), divided by 48, plus the bias: y[h][i] holds channels 8h .. 8h + 7 of
+ * the tile's pixel i = 4 x row + column. */
+static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
+                               __m256i y[2][B8_WG_PIXELS]) {
   for (int32_t h = 0; h < 2; ++h) {
-    __m256i s0[4], s1[4];
-    for (int32_t c = 0; c < 4; ++c) {
+    __m256i s[2][6]; /* A2^T M */
+    for (int32_t c = 0; c < 6; ++c) {
       const __m256i m0 = _mm256_loadu_si256((const __m256i*)(m + c * stride + 8 * h));
-      const __m256i m1 = _mm256_loadu_si256((const __m256i*)(m + (4 + c) * stride + 8 * h));
-      const __m256i m2 = _mm256_loadu_si256((const __m256i*)(m + (8 + c) * stride + 8 * h));
-      const __m256i m3 = _mm256_loadu_si256((const __m256i*)(m + (12 + c) * stride + 8 * h));
-      s0[c] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
-      s1[c] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+      const __m256i m1 = _mm256_loadu_si256((const __m256i*)(m + (6 + c) * stride + 8 * h));
+      const __m256i m2 = _mm256_loadu_si256((const __m256i*)(m + (12 + c) * stride + 8 * h));
+      const __m256i m3 = _mm256_loadu_si256((const __m256i*)(m + (18 + c) * stride + 8 * h));
+      s[0][c] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
+      s[1][c] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
     }
-    y[h][0] = _mm256_add_epi32(_mm256_add_epi32(s0[0], s0[1]), s0[2]);
-    y[h][1] = _mm256_sub_epi32(_mm256_sub_epi32(s0[1], s0[2]), s0[3]);
-    y[h][2] = _mm256_add_epi32(_mm256_add_epi32(s1[0], s1[1]), s1[2]);
-    y[h][3] = _mm256_sub_epi32(_mm256_sub_epi32(s1[1], s1[2]), s1[3]);
+    for (int32_t r = 0; r < 2; ++r) { /* (A2^T M) A4 */
+      const __m256i* x = s[r];
+      const __m256i sum12 = _mm256_add_epi32(x[1], x[2]), diff12 = _mm256_sub_epi32(x[1], x[2]);
+      const __m256i sum34 = _mm256_add_epi32(x[3], x[4]), diff34 = _mm256_sub_epi32(x[3], x[4]);
+      y[h][4 * r] = _mm256_add_epi32(_mm256_add_epi32(x[0], sum12), sum34);
+      y[h][4 * r + 1] = _mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 1));
+      y[h][4 * r + 2] = _mm256_add_epi32(sum12, _mm256_slli_epi32(sum34, 2));
+      y[h][4 * r + 3] = _mm256_add_epi32(_mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 3)), x[5]);
+    }
   }
-  for (int32_t i = 0; i < 4; ++i) { /* channels 0-3 and 8-11, 4-7 and 12-15 -> 0-7, 8-15 */
+  const __m256i inverse3 = _mm256_set1_epi32((int32_t)0xAAAAAAABu); /* 3 x it = 1 modulo 2^32 */
+  for (int32_t i = 0; i < B8_WG_PIXELS; ++i) { /* channels 0-3 and 8-11, 4-7 and 12-15 -> 0-7, 8-15 */
     const __m256i low = _mm256_permute2x128_si256(y[0][i], y[1][i], 0x20);
     const __m256i high = _mm256_permute2x128_si256(y[0][i], y[1][i], 0x31);
-    y[0][i] = _mm256_add_epi32(_mm256_srai_epi32(low, 2), bias0);
-    y[1][i] = _mm256_add_epi32(_mm256_srai_epi32(high, 2), bias1);
+#define B8_WG_DIVIDE_48(x) \
+  _mm256_srai_epi32(_mm256_slli_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(x, 4), inverse3), 4), 4)
+    y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(low), bias0);
+    y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(high), bias1);
+#undef B8_WG_DIVIDE_48
   }
 }
 
@@ -255,17 +287,17 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   if (begin >= end) return B8_OK;
   /* The rows of tiles that hold the share's pixels, counted over the batch; a tile's pixels
    * outside the share (or past the output's last row or column) are computed, never written. */
-  const int32_t tiles_w = (out_w + 1) / 2, tiles_h = (out_h + 1) / 2;
+  const int32_t tiles_w = (out_w + 3) / 4, tiles_h = (out_h + 1) / 2;
   const int64_t image_pixels = (int64_t)out_h * out_w, image_size = (int64_t)input_dims->h * input_dims->w * c;
   const int64_t first_row = begin / image_pixels * tiles_h + begin % image_pixels / out_w / 2;
   const int64_t last_row = (end - 1) / image_pixels * tiles_h + (end - 1) % image_pixels / out_w / 2;
   const int64_t tiles = (last_row - first_row + 1) * tiles_w;
   int8_t* base = (int8_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-  int16_t* v = (int16_t*)base;                                        /* [16][block][c] */
-  int32_t* m = (int32_t*)(base + (int64_t)32 * block * c);            /* [16][block][16] */
-  int16_t* u = (int16_t*)(m + 16 * block * B8_WG_CHANNELS);          /* U, whole or a block's */
+  int16_t* v = (int16_t*)base;                                                     /* [24][block][c] */
+  int32_t* m = (int32_t*)(base + (int64_t)2 * B8_WG_POSITIONS * block * c);        /* [24][block][16] */
+  int16_t* u = (int16_t*)(m + B8_WG_POSITIONS * block * B8_WG_CHANNELS);          /* U, whole or a block's */
   const int whole_u = b8_winograd_whole_u(filter_dims);
-  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims) : 512 * (int64_t)c));
+  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims) : 768 * (int64_t)c));
   float* table = (float*)(start + channels);                          /* scale, offsets */
   for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
@@ -276,25 +308,25 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
   if (whole_u)
     for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS)
-      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u + (int64_t)oc0 * 16 * c);
+      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u + (int64_t)oc0 * B8_WG_POSITIONS * c);
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
     /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
     const int32_t rest = count % B8_WG_GROUP, slots = count - rest + (rest == 0 ? 0 : rest > 4 ? 6 : 4);
     for (int32_t t = 0; t < slots; ++t) {
       if (t >= count) { /* the last group's spare tiles: zeros, whose results are never written */
-        for (int32_t p = 0; p < 16; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
+        for (int32_t p = 0; p < B8_WG_POSITIONS; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
         continue;
       }
       const int64_t row = first_row + (first + t) / tiles_w;
       const int32_t tx = (int32_t)((first + t) % tiles_w), ty = (int32_t)(row % tiles_h);
       b8_winograd_input(input + row / tiles_h * image_size, input_dims, 2 * ty - conv->pad_top,
-                        2 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
+                        4 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
     }
     for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS) {
-      const int16_t* ub = u + (whole_u ? (int64_t)oc0 * 16 * c : 0); /* 512 c bytes per 16 channels */
+      const int16_t* ub = u + (whole_u ? (int64_t)oc0 * B8_WG_POSITIONS * c : 0); /* 768 c bytes per 16 channels */
       if (!whole_u) b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u);
-      for (int32_t p = 0; p < 16; ++p)
+      for (int32_t p = 0; p < B8_WG_POSITIONS; ++p)
         for (int32_t g = 0; g < slots; g += B8_WG_GROUP)
           (slots - g >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
               (const int32_t*)(v + p * position + (int64_t)g * c), pairs,
@@ -304,29 +336,31 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
       const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
       b8_block_epilogue e;
+      memset(&e, 0, sizeof e); /* read only where fused: zeroed for the compiler's sake */
       if (fused) b8_block_epilogue_load(quant, table, channels, oc0, &e);
       const __m256i bias0 = _mm256_loadu_si256((const __m256i*)(start + oc0));
       const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
       for (int32_t t = 0; t < count; ++t) {
         const int64_t row = first_row + (first + t) / tiles_w;
-        const int32_t ox = 2 * (int32_t)((first + t) % tiles_w), oy = 2 * (int32_t)(row % tiles_h);
-        int8_t* out[4] = {NULL, NULL, NULL, NULL}; /* the tile's pixels this call writes */
-        for (int32_t i = 0; i < 4; ++i) {
-          const int32_t y = oy + i / 2, x = ox + i % 2;
+        const int32_t ox = 4 * (int32_t)((first + t) % tiles_w), oy = 2 * (int32_t)(row % tiles_h);
+        int8_t* out[B8_WG_PIXELS]; /* the tile's pixels this call writes, or NULL */
+        for (int32_t i = 0; i < B8_WG_PIXELS; ++i) {
+          const int32_t y = oy + i / 4, x = ox + i % 4;
+          out[i] = NULL;
           const int64_t pixel = row / tiles_h * image_pixels + (int64_t)y * out_w + x;
           if (y < out_h && x < out_w && pixel >= begin && pixel < end) out[i] = output + pixel * out_c + oc0;
         }
-        __m256i y[2][4]; /* channels 0-7 and 8-15 of the tile's four pixels */
+        __m256i y[2][B8_WG_PIXELS]; /* channels 0-7 and 8-15 of the tile's pixels */
         b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias0, bias1, y);
         if (fused) {
-          for (int32_t i = 0; i < 4; i += 2) {
+          for (int32_t i = 0; i < B8_WG_PIXELS; i += 2) {
             const __m256i bytes = b8_block_finish(&e, y[0][i], y[1][i], y[0][i + 1], y[1][i + 1]);
             if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm256_castsi256_si128(bytes));
             if (out[i + 1]) _mm_storeu_si128((__m128i*)out[i + 1], _mm256_extracti128_si256(bytes, 1));
           }
           continue;
         }
-        for (int32_t i = 0; i < 4; ++i) {
+        for (int32_t i = 0; i < B8_WG_PIXELS; ++i) {
           if (!out[i]) continue;
           for (int32_t h = 0; h < 2 && 8 * h < block_c; ++h) {
             if (vector_epilogue) {
