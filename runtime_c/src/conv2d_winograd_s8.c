@@ -25,10 +25,10 @@
  * sum modulo 2^28, which is the sum itself while |sum| < 2^27: 9 x c x 128 x 127 for c <= 896
  * input channels. Bit for bit the direct convolution's sum.
  *
- * Work. The packed filter is the int8 one, 16 output channels x 9 taps per input channel; a
- * call transforms it into U (int16, [24 positions][c / 2][16 channels][2]: vpmaddwd's pairs),
- * all of it once where it is small (b8_winograd_whole_u), else 16 channels at a time for each
- * block of tiles: U is 24 / 9 x 2 bytes per weight, 5.3x the filter, and read from memory it made
+ * Work. The packed filter is the int8 one, 16 output channels x 9 taps per pair of input
+ * channels (vpmaddwd's order once widened); a call transforms it into U (int16, [24 positions][c / 2][16 channels][2]: vpmaddwd's pairs),
+ * all of it once where it is small (b8_winograd_whole_u), else 16 output x 32 input channels at a
+ * time (B8_WG_PIECE) for each block of tiles: U is 24 / 9 x 2 bytes per weight, 5.3x the filter, and read from memory it made
  * a 3x3 layer on 512 channels at 7x7 pixels wait on the memory. Tiles of 2 x 4 output pixels in
  * blocks of up to b8_winograd_block_tiles: a block's V (int16, [24][tiles][c]) is made once; then,
  * per 16 output channels, per position, V times that position's U by 6 tiles x 16 channels at a
@@ -50,6 +50,9 @@ enum { B8_WG_U_WHOLE = 1024 * 1024, B8_WG_V_BIG = 480 * 1024 };
 /* Positions of the transformed block (4 x 6), output pixels of a tile (2 x 4), input channels at
  * most (the exact division's bound). */
 enum { B8_WG_POSITIONS = 24, B8_WG_PIXELS = 8, B8_WG_MAX_C = 896 };
+/* Input channels per piece of U where it is made per block: 24 KB of U, in L1 while the GEMM
+ * reads it (a whole block's U, 393 KB on 512 channels, went to L2 and back: 1.5x the time). */
+enum { B8_WG_PIECE = 32 };
 enum { B8_WEIGHTS_WINOGRAD = 0x77673233 };
 
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
@@ -84,75 +87,77 @@ int32_t b8_winograd_packed_size(const b8_dims* filter_dims) {
 }
 
 int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
-  /* V, M, U (whole, or 16 channels' 768 c bytes), the bias per channel and the output stage's
-   * three float constants, 64 bytes to align. */
+  /* V, M, U (whole, or a piece's), the bias per channel and the output stage's three float
+   * constants, 64 bytes to align. */
   const int32_t tiles = b8_winograd_block_tiles(filter_dims), c = filter_dims->c;
-  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims) : 768 * (int64_t)c;
+  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims)
+                                                      : 2 * B8_WG_POSITIONS * B8_WG_CHANNELS * B8_WG_PIECE;
   return (int32_t)(2 * B8_WG_POSITIONS * tiles * c + B8_WG_POSITIONS * tiles * B8_WG_CHANNELS * 4 + u +
                    16 * b8_winograd_channels(filter_dims) + 64);
 }
 
-/* [out_c / 16][c][9 taps][16 channels], zero past the last channel, then B8_WEIGHTS_WINOGRAD: a
- * tap's 16 channels are one load for b8_winograd_filter. */
+/* [out_c / 16][c / 2][9 taps][16 channels][2 input channels], zero past the last channel, then
+ * B8_WEIGHTS_WINOGRAD: 16 bytes of a tap widen to int16 in vpmaddwd's order (each output
+ * channel's pair of input channels), so that the transform's results need no shuffles. */
 void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, int8_t* packed) {
   const int32_t c = filter_dims->c, channels = b8_winograd_channels(filter_dims);
   memset(packed, 0, (size_t)9 * channels * c);
   for (int32_t oc = 0; oc < filter_dims->n; ++oc)
     for (int32_t tap = 0; tap < 9; ++tap)
       for (int32_t ic = 0; ic < c; ++ic)
-        packed[(((int64_t)(oc / B8_WG_CHANNELS) * c + ic) * 9 + tap) * B8_WG_CHANNELS + oc % B8_WG_CHANNELS] =
-            filter[((int64_t)oc * 9 + tap) * c + ic];
+        packed[((((int64_t)(oc / B8_WG_CHANNELS) * (c / 2) + ic / 2) * 9 + tap) * B8_WG_CHANNELS + oc % B8_WG_CHANNELS) * 2 +
+               ic % 2] = filter[((int64_t)oc * 9 + tap) * c + ic];
   const int32_t marker = B8_WEIGHTS_WINOGRAD;
   memcpy(packed + (int64_t)9 * channels * c, &marker, 4);
 }
 
-/* Row r of U = G2 g G4^T for one input channel's 16 output channels (g: 9 taps of 16 int8), in
- * int16: G2's row r over the kernel's rows (2 g0, g0 + g1 + g2, g0 - g1 + g2, 2 g2), then G4's
- * six rows along them. */
-B8_INLINE void b8_winograd_filter_row(const int8_t* g, int32_t r, __m256i u[6]) {
-  __m256i a[3];
-  for (int32_t kx = 0; kx < 3; ++kx) {
-#define B8_WG_TAP(ky) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(g + 16 * (3 * (ky) + kx))))
-    if (r == 0 || r == 3) {
-      const __m256i tap = B8_WG_TAP(r == 0 ? 0 : 2);
-      a[kx] = _mm256_add_epi16(tap, tap);
-    } else {
-      const __m256i outer = _mm256_add_epi16(B8_WG_TAP(0), B8_WG_TAP(2)), middle = B8_WG_TAP(1);
-      a[kx] = r == 1 ? _mm256_add_epi16(outer, middle) : _mm256_sub_epi16(outer, middle);
-    }
+/* U = G2 g G4^T of one pair of input channels for 16 output channels (g: 9 taps, 32 bytes apart,
+ * of 16 x 2 int8), in int16, position r x 6 + s at u + (r x 6 + s) x position (32 int16: channels
+ * 0-7, then 8-15): G2 over the kernel's rows (2 g0, g0 + g1 + g2, g0 - g1 + g2, 2 g2), then G4's
+ * six rows along them. A position's 64 bytes are stored together: written half by half, the
+ * lines of U (which exceed L1) were fetched twice, and the transform took 1.5x as long. */
+B8_INLINE void b8_winograd_filter_pair(const int8_t* g, int16_t* u, int64_t position) {
+  __m256i a[2][4][3];
+  for (int32_t h = 0; h < 2; ++h)
+    for (int32_t kx = 0; kx < 3; ++kx) {
+#define B8_WG_TAP(ky) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(g + 32 * (3 * (ky) + kx) + 16 * h)))
+      const __m256i top = B8_WG_TAP(0), middle = B8_WG_TAP(1), bottom = B8_WG_TAP(2);
 #undef B8_WG_TAP
+      const __m256i outer = _mm256_add_epi16(top, bottom);
+      a[h][0][kx] = _mm256_add_epi16(top, top);
+      a[h][1][kx] = _mm256_add_epi16(outer, middle);
+      a[h][2][kx] = _mm256_sub_epi16(outer, middle);
+      a[h][3][kx] = _mm256_add_epi16(bottom, bottom);
+    }
+  for (int32_t r = 0; r < 4; ++r) {
+    __m256i row[2][6];
+    for (int32_t h = 0; h < 2; ++h) {
+      const __m256i* x = a[h][r];
+      const __m256i outer = _mm256_add_epi16(x[0], x[2]);                      /* a0 + a2 */
+      const __m256i near = _mm256_add_epi16(x[0], _mm256_slli_epi16(x[2], 2)); /* a0 + 4 a2 */
+      const __m256i twice = _mm256_add_epi16(x[1], x[1]);                      /* 2 a1 */
+      row[h][0] = _mm256_mullo_epi16(x[0], _mm256_set1_epi16(6));
+      row[h][1] = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(outer, x[1])), 2);
+      row[h][2] = _mm256_slli_epi16(_mm256_sub_epi16(x[1], outer), 2);
+      row[h][3] = _mm256_add_epi16(near, twice);
+      row[h][4] = _mm256_sub_epi16(near, twice);
+      row[h][5] = _mm256_mullo_epi16(x[2], _mm256_set1_epi16(24));
+    }
+    for (int32_t s = 0; s < 6; ++s) {
+      int16_t* out = u + (6 * r + s) * position;
+      _mm256_storeu_si256((__m256i*)out, row[0][s]);
+      _mm256_storeu_si256((__m256i*)(out + 16), row[1][s]);
+    }
   }
-  const __m256i outer = _mm256_add_epi16(a[0], a[2]);                           /* a0 + a2 */
-  const __m256i near = _mm256_add_epi16(a[0], _mm256_slli_epi16(a[2], 2));      /* a0 + 4 a2 */
-  const __m256i twice = _mm256_add_epi16(a[1], a[1]);                           /* 2 a1 */
-  u[0] = _mm256_mullo_epi16(a[0], _mm256_set1_epi16(6));
-  u[1] = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(outer, a[1])), 2);
-  u[2] = _mm256_slli_epi16(_mm256_sub_epi16(a[1], outer), 2);
-  u[3] = _mm256_add_epi16(near, twice);
-  u[4] = _mm256_sub_epi16(near, twice);
-  u[5] = _mm256_mullo_epi16(a[2], _mm256_set1_epi16(24));
 }
 
-/* U of one block of 16 output channels (its packed filter g) into u: per position, per pair of
- * input channels, two vectors of 8 (channel, pair) int16 pairs, vpmaddwd's operand. Interleaving
- * two channels' vectors within 128-bit lanes puts output channels 0-3 and 8-11 in the first,
- * 4-7 and 12-15 in the second: the accumulators hold that order (b8_winograd_output restores it).
- * A row of positions at a time, so that the two channels' values stay in registers. */
-static void b8_winograd_filter(const int8_t* g, int32_t c, int16_t* u) {
-  const int64_t position = (int64_t)c * B8_WG_CHANNELS; /* int16 per position: c / 2 pairs of 32 */
-  for (int32_t ic = 0; ic < c; ic += 2) {
-    const int8_t* even = g + (int64_t)ic * 9 * B8_WG_CHANNELS;
-    for (int32_t r = 0; r < 4; ++r) {
-      __m256i ue[6], uo[6];
-      b8_winograd_filter_row(even, r, ue);
-      b8_winograd_filter_row(even + 9 * B8_WG_CHANNELS, r, uo);
-      for (int32_t s = 0; s < 6; ++s) {
-        int16_t* at = u + (6 * r + s) * position + (int64_t)ic * B8_WG_CHANNELS;
-        _mm256_storeu_si256((__m256i*)at, _mm256_unpacklo_epi16(ue[s], uo[s]));
-        _mm256_storeu_si256((__m256i*)(at + 16), _mm256_unpackhi_epi16(ue[s], uo[s]));
-      }
-    }
-  }
+/* U of `pairs` pairs of input channels of one block of 16 output channels (from its packed filter
+ * g) into u: per position (`position` int16 apart), per pair, output channels 0-7 then 8-15, each
+ * a (channel, pair) int16 pair: vpmaddwd's operand. */
+static void b8_winograd_filter(const int8_t* g, int32_t pairs, int16_t* u, int64_t position) {
+  for (int32_t pair = 0; pair < pairs; ++pair)
+    b8_winograd_filter_pair(g + (int64_t)pair * 9 * 2 * B8_WG_CHANNELS, u + (int64_t)pair * 2 * B8_WG_CHANNELS,
+                            position);
 }
 
 /* V of one tile, all c channels, 16 at a time: the 4 x 6 input block from (iy0, ix0), positions
@@ -196,18 +201,25 @@ static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, in
   }
 }
 
-/* m[t][0, 16) = sum over k of v[t][k] x u[k] for n = 6 or 4 tiles t (rows of v `pairs` int32
- * apart, each a pair of int16): vpmaddwd multiplies a pair of V by a pair of U per channel and
- * sums them. 4 tiles end a block whose last group has 1-4 (a 7x7 output has 16 tiles). */
-B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m, const int n) {
-  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
-  __m256i a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-  const int32_t *v0 = v, *v1 = v0 + pairs, *v2 = v1 + pairs, *v3 = v2 + pairs, *v4 = v3 + pairs, *v5 = v4 + pairs;
+/* m[t][0, 16) (+)= sum over k < pairs of v[t][k] x u[k] for n = 6 or 4 tiles t (rows of v
+ * `row` int32 apart, each a pair of int16), from m's values where `accumulate`: vpmaddwd
+ * multiplies a pair of V by a pair of U per channel and sums them. 4 tiles end a block whose last
+ * group has 1-4 (a 7x7 output has 8 tiles). */
+B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
+                                      int accumulate, const int n) {
+  __m256i acc[B8_WG_GROUP][2];
+  for (int32_t t = 0; t < B8_WG_GROUP; ++t)
+    for (int32_t h = 0; h < 2; ++h)
+      acc[t][h] = accumulate && t < n ? _mm256_loadu_si256((const __m256i*)(m + t * B8_WG_CHANNELS + 8 * h))
+                                      : _mm256_setzero_si256();
+  __m256i a00 = acc[0][0], a01 = acc[0][1], a10 = acc[1][0], a11 = acc[1][1], a20 = acc[2][0], a21 = acc[2][1];
+  __m256i a30 = acc[3][0], a31 = acc[3][1], a40 = acc[4][0], a41 = acc[4][1], a50 = acc[5][0], a51 = acc[5][1];
+  const int32_t *v0 = v, *v1 = v0 + row, *v2 = v1 + row, *v3 = v2 + row, *v4 = v3 + row, *v5 = v4 + row;
   for (int32_t k = 0; k < pairs; ++k, u += 2 * B8_WG_CHANNELS) {
     const __m256i w0 = _mm256_loadu_si256((const __m256i*)u), w1 = _mm256_loadu_si256((const __m256i*)(u + 16));
-#define B8_WG_STEP(row, acc0, acc1)                                   \
+#define B8_WG_STEP(r, acc0, acc1)                                     \
   do {                                                                \
-    const __m256i x = _mm256_set1_epi32((row)[k]);                    \
+    const __m256i x = _mm256_set1_epi32((r)[k]);                      \
     acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(x, w0));          \
     acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(x, w1));          \
   } while (0)
@@ -228,17 +240,18 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int32_t pairs, const int
   }
 }
 
-static void b8_winograd_gemm6(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m) {
-  b8_winograd_gemm_tiles(v, pairs, u, m, 6);
+static void b8_winograd_gemm6(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
+                              int accumulate) {
+  b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, 6);
 }
 
-static void b8_winograd_gemm4(const int32_t* v, int32_t pairs, const int16_t* u, int32_t* m) {
-  b8_winograd_gemm_tiles(v, pairs, u, m, 4);
+static void b8_winograd_gemm4(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
+                              int accumulate) {
+  b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, 4);
 }
 
-/* A2^T M A4 for 16 channels of one tile (M's positions `stride` int32 apart, each two vectors in
- * the accumulators' order), divided by 48, plus the bias: y[h][i] holds channels 8h .. 8h + 7 of
- * the tile's pixel i = 4 x row + column. */
+/* A2^T M A4 for 16 channels of one tile (M's positions `stride` int32 apart), divided by 48, plus
+ * the bias: y[h][i] holds channels 8h .. 8h + 7 of the tile's pixel i = 4 x row + column. */
 static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
                                __m256i y[2][B8_WG_PIXELS]) {
   for (int32_t h = 0; h < 2; ++h) {
@@ -262,13 +275,11 @@ static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, 
     }
   }
   const __m256i inverse3 = _mm256_set1_epi32((int32_t)0xAAAAAAABu); /* 3 x it = 1 modulo 2^32 */
-  for (int32_t i = 0; i < B8_WG_PIXELS; ++i) { /* channels 0-3 and 8-11, 4-7 and 12-15 -> 0-7, 8-15 */
-    const __m256i low = _mm256_permute2x128_si256(y[0][i], y[1][i], 0x20);
-    const __m256i high = _mm256_permute2x128_si256(y[0][i], y[1][i], 0x31);
+  for (int32_t i = 0; i < B8_WG_PIXELS; ++i) {
 #define B8_WG_DIVIDE_48(x) \
   _mm256_srai_epi32(_mm256_slli_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(x, 4), inverse3), 4), 4)
-    y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(low), bias0);
-    y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(high), bias1);
+    y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(y[0][i]), bias0);
+    y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(y[1][i]), bias1);
 #undef B8_WG_DIVIDE_48
   }
 }
@@ -297,7 +308,8 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   int32_t* m = (int32_t*)(base + (int64_t)2 * B8_WG_POSITIONS * block * c);        /* [24][block][16] */
   int16_t* u = (int16_t*)(m + B8_WG_POSITIONS * block * B8_WG_CHANNELS);          /* U, whole or a block's */
   const int whole_u = b8_winograd_whole_u(filter_dims);
-  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims) : 768 * (int64_t)c));
+  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims)
+                                                     : 2 * B8_WG_POSITIONS * B8_WG_CHANNELS * B8_WG_PIECE));
   float* table = (float*)(start + channels);                          /* scale, offsets */
   for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
@@ -308,7 +320,8 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
   if (whole_u)
     for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS)
-      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u + (int64_t)oc0 * B8_WG_POSITIONS * c);
+      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, pairs, u + (int64_t)oc0 * B8_WG_POSITIONS * c,
+                         (int64_t)c * B8_WG_CHANNELS);
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
     /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
@@ -324,14 +337,20 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
                         4 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
     }
     for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS) {
-      const int16_t* ub = u + (whole_u ? (int64_t)oc0 * B8_WG_POSITIONS * c : 0); /* 768 c bytes per 16 channels */
-      if (!whole_u) b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, c, u);
-      for (int32_t p = 0; p < B8_WG_POSITIONS; ++p)
-        for (int32_t g = 0; g < slots; g += B8_WG_GROUP)
-          (slots - g >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
-              (const int32_t*)(v + p * position + (int64_t)g * c), pairs,
-                           ub + (int64_t)p * pairs * 2 * B8_WG_CHANNELS,
-                           m + ((int64_t)p * block + g) * B8_WG_CHANNELS);
+      /* U whole: each position's GEMM over all c; else per piece of B8_WG_PIECE input channels,
+       * made then used while in L1, M accumulating over the pieces. */
+      const int32_t piece = whole_u ? c : B8_WG_PIECE;
+      const int64_t u_position = (int64_t)piece * B8_WG_CHANNELS; /* U's int16 per position */
+      for (int32_t c0 = 0; c0 < c; c0 += piece) {
+        const int8_t* g = packed + oc0 / B8_WG_CHANNELS * filter_block + (int64_t)c0 * 9 * B8_WG_CHANNELS;
+        const int16_t* up = whole_u ? u + (int64_t)oc0 * B8_WG_POSITIONS * c : u;
+        if (!whole_u) b8_winograd_filter(g, piece / 2, u, u_position);
+        for (int32_t p = 0; p < B8_WG_POSITIONS; ++p)
+          for (int32_t g0 = 0; g0 < slots; g0 += B8_WG_GROUP)
+            (slots - g0 >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
+                (const int32_t*)(v + p * position + (int64_t)g0 * c + c0), pairs, piece / 2, up + p * u_position,
+                m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0);
+      }
       const int32_t block_c = out_c - oc0 < B8_WG_CHANNELS ? out_c - oc0 : B8_WG_CHANNELS;
       /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
       const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
