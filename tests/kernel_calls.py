@@ -179,7 +179,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         return {"portable"}
     if variant == "amx":  # patches of 32 bytes or more on AMX tiles, shorter ones on the VNNI tiles
         return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 32 else conv2d_paths(case, "avx512vnni")
-    if variant == "avx2" and winograd_suits(case):
+    if variant in ("avx2", "avxvnni") and winograd_suits(case, variant):
         return _winograd_conv2d_paths(case)
     tile_pixels, tile_channels = TILES[variant]
     cout, kh, kw, cin = weight.shape
@@ -349,13 +349,20 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
     return paths
 
 
-def winograd_suits(case: dict) -> bool:
-    """Whether the AVX2 build convolves by Winograd's F(2x4, 3x3) (conv2d_winograd_s8.c,
-    b8_winograd_suits): groups 1, a 3x3 kernel, stride and dilation 1, input channels a multiple
-    of 16, at most 896."""
+def winograd_suits(case: dict, variant: str = "avx2") -> bool:
+    """Whether the AVX2 or AVX-VNNI build convolves by Winograd's F(2x4, 3x3)
+    (conv2d_winograd_s8.c, b8_winograd_suits): groups 1, a 3x3 kernel, stride and dilation 1,
+    input channels a multiple of 16, at most 896; with AVX-VNNI only where U is made once per
+    call (at most 1 MB)."""
     cout, kh, kw, cin = case["weight"].shape
     return (case["groups"] == 1 and (kh, kw) == (3, 3) and tuple(case["strides"]) == (1, 1)
-            and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and cin <= 896)
+            and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and cin <= 896
+            and (variant == "avx2" or _winograd_whole_u(cout, cin)))
+
+
+def _winograd_whole_u(cout: int, cin: int) -> bool:
+    """U (24 positions x int16 per weight) made once per call: at most 1 MB."""
+    return 48 * -(-cout // 16) * 16 * cin <= 1024 * 1024
 
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
@@ -370,7 +377,7 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
     top, left = case["padding"]
-    whole_u = 48 * -(-cout // 16) * 16 * cin <= 1024 * 1024  # U transformed once per call
+    whole_u = _winograd_whole_u(cout, cin)
     block = min(48, max(6, (96 if whole_u else 480) * 1024 // (48 * cin) // 6 * 6))
     tiles_w, tiles_h = -(-ow // 4), -(-oh // 2)
     paths = {"winograd"} | (set() if whole_u else {"filter per tile block"})

@@ -85,11 +85,14 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
 AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 
 
-# Per build: AVX2's 3x3 stride-1 layers by Winograd (kernel_calls._winograd_conv2d_paths); AVX-VNNI
+# Per build: AVX2's and AVX-VNNI's 3x3 stride-1 layers by Winograd (kernel_calls._winograd_conv2d_paths,
+# AVX-VNNI's only where the filter is made once per call); AVX-VNNI
 # shifts the weights or offsets signed inputs (never takes them as they are), VNNI also has narrow
 # tiles and 32-channel epilogues.
-VARIANT_PATHS = {"avx2": AVX2_PATHS | {"winograd", "several tile blocks", "spare tiles", "padded tile",
-                                       "tile partly written", "filter per tile block", "four-tile group"}, "avxvnni": {"shifted weights", "signed offset"},
+WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
+                  "four-tile group"}
+VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"filter per tile block"},
+                 "avxvnni": {"shifted weights", "signed offset"} | WINOGRAD_PATHS,
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights"}}
 # The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),
 # and the VNNI tiles of its shorter patches.

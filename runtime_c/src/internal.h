@@ -500,10 +500,11 @@ B8_INLINE void b8_store_s8x16_masked(int8_t* out, __m512i v, __m512i lo, __m512i
 #endif /* B8_USE_AVX512VNNI */
 #endif /* B8_USE_AVX2 */
 
-/* 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) (conv2d_winograd_s8.c): the AVX2 build's,
- * whose products without VNNI cost most. b8_conv2d_s8 takes it where b8_winograd_suits says so,
- * and the packing, scratch and packed sizes follow. */
-#define B8_WINOGRAD (B8_USE_AVX2 && !B8_USE_AVXVNNI && !B8_USE_AVX512VNNI)
+/* 3x3 stride-1 convolutions by Winograd's F(2x4, 3x3) (conv2d_winograd_s8.c): the AVX2 and
+ * AVX-VNNI builds' (the AVX-512 VNNI build's products cost too little to repay its transforms).
+ * b8_conv2d_s8 takes it where b8_winograd_suits says so, and the packing, scratch and packed
+ * sizes follow. */
+#define B8_WINOGRAD (B8_USE_AVX2 && !B8_USE_AVX512VNNI)
 #if B8_WINOGRAD
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims);
 int32_t b8_winograd_packed_size(const b8_dims* filter_dims);
