@@ -95,6 +95,7 @@ SIGNATURES = {
     "b8_conv2d_s8_packed_size": (i32, [P(ConvParams), P(Dims)]),
     "b8_conv2d_s8_pack_filter": (None, [P(ConvParams), P(Dims), P(i8), P(i8)]),
     "b8_conv2d_s8_scratch_size": (i32, [P(ConvParams), P(Dims)]),
+    "b8_conv2d_s8_row_block": (i32, [P(ConvParams), P(Dims)]),
     "b8_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), i32, P(Dims), P(i8), P(i32), P(Dims),
                            P(i8), P(Pixels), P(i8)]),
     "b8_depthwise_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), P(Dims), P(i8), P(i32),

@@ -67,6 +67,12 @@ void b8_conv2d_s8_pack_filter(const b8_conv_params* conv, const b8_dims* filter_
   for (i = 0; i < size; ++i) packed[i] = filter[i];
 }
 
+int32_t b8_conv2d_s8_row_block(const b8_conv_params* conv, const b8_dims* filter_dims) {
+  (void)conv;
+  (void)filter_dims;
+  return 1;
+}
+
 int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
   (void)conv;
   (void)filter_dims;

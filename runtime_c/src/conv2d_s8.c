@@ -1424,6 +1424,15 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_di
 #endif
 }
 
+B8_API int32_t b8_conv2d_s8_row_block(const b8_conv_params* conv, const b8_dims* filter_dims) {
+#if B8_WINOGRAD
+  if (b8_winograd_suits(conv, filter_dims)) return 2;
+#endif
+  (void)conv;
+  (void)filter_dims;
+  return 1;
+}
+
 B8_API int32_t b8_conv2d_s8_packed_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
   const int32_t patch = filter_dims->h * filter_dims->w * filter_dims->c, groups = conv->groups;
 #if B8_WINOGRAD

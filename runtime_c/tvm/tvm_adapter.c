@@ -62,10 +62,24 @@ static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
   return pixels;
 }
 
+/* A convolution's share: whole blocks of `rows` output rows where the kernel asks for them
+ * (b8_conv2d_s8_row_block: the Winograd path's tiles of 2 rows; a 7x7 output split 4 + 3 rows
+ * instead of 25 + 24 pixels spares one thread a row of tiles), else any pixels. */
+static b8_pixels b8_conv_share(int task_id, int num_task, const b8_dims* out, int32_t rows) {
+  if (rows <= 1) return b8_task_share(task_id, num_task, out->n * out->h * out->w);
+  const int32_t per_image = (out->h + rows - 1) / rows;
+  const b8_pixels blocks = b8_task_share(task_id, num_task, out->n * per_image);
+  b8_pixels pixels;
+  pixels.begin = (blocks.begin / per_image * out->h + blocks.begin % per_image * rows) * out->w;
+  pixels.end = (blocks.end / per_image * out->h + blocks.end % per_image * rows) * out->w;
+  return pixels;
+}
+
 static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   const b8_conv_job* job = (const b8_conv_job*)data;
   const b8_dims* out = job->output_dims;
-  b8_pixels pixels = b8_task_share(task_id, env->num_task, out->n * out->h * out->w);
+  const int32_t rows = job->depthwise ? 1 : b8_conv2d_s8_row_block(job->conv, job->filter_dims);
+  b8_pixels pixels = b8_conv_share(task_id, env->num_task, out, rows);
   if (pixels.begin >= pixels.end) return 0;
   if (job->depthwise)
     return b8_depthwise_conv2d_s8(job->conv, job->quant, job->input_dims, job->input, job->filter_dims,
