@@ -17,9 +17,9 @@
  *    w + 64, the unsigned operand, and the tile takes 64 x the patch's sum off per pixel; on
  *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
- *    3x3 stride-1 layers on a multiple of 16 input channels take Winograd's F(2x2, 3x3) instead
- *    (conv2d_winograd_s8.c): 2.25x fewer products, exact in integers (ResNet-18's 3x3 layers
- *    1.5-1.9x faster on Intel).
+ *    3x3 stride-1 layers on a multiple of 16 input channels (up to 896) take Winograd's
+ *    F(2x4, 3x3) instead (conv2d_winograd_s8.c): 3x fewer products, exact in integers
+ *    (ResNet-18's 3x3 layers 1.4-2.5x faster on Intel); so do some with AVX-VNNI.
  *    With AVX-VNNI (B8_USE_AVXVNNI) tiles of 6 pixels x 16 channels (b8_tile_vnni_body)
  *    multiply by 256-bit vpdpbusd, whose products and sums are exact in int32 whatever the
  *    weights: the packed filter holds w + 128 where blocks x patch bytes reach 128 (as for

@@ -64,14 +64,15 @@ static int64_t b8_winograd_u_bytes(const b8_dims* filter_dims) {
   return (int64_t)2 * B8_WG_POSITIONS * b8_winograd_channels(filter_dims) * filter_dims->c;
 }
 
-/* Whether a call transforms the whole filter once (else 16 channels per block of tiles). */
+/* Whether a call transforms the whole filter once (else a piece of B8_WG_PIECE input channels at
+ * a time, for each block of tiles and of 16 output channels). */
 static int b8_winograd_whole_u(const b8_dims* filter_dims) {
   return b8_winograd_u_bytes(filter_dims) <= B8_WG_U_WHOLE;
 }
 
 /* 3x3, stride 1, no dilation, groups 1, input channels a multiple of 16 up to 896. With AVX-VNNI
  * (vpdpbusd does the direct path's 32 products per instruction, vpdpwssd Winograd's 16 for 48)
- * only where U is made once per call: ResNet-18's 3x3 layers on 64 and 128 channels 1.17-1.2x
+ * only where U is made once per call: ResNet-18's 3x3 layers on 64 and 128 channels 1.12-1.2x
  * faster by Winograd there, on 256 0.98x, on 512 at 7x7 0.72x. */
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   return conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
