@@ -503,6 +503,10 @@ def call_conv2d(lib, case: dict):
     out = np.full((n, oh, ow, cout), case["fill"], np.int8)
     conv = ConvParams(*case["strides"], *case["padding"], *case["dilation"], groups, case["pad_value"])
     filter_dims = Dims(*weight.shape)
+    # The rows a thread's share should come in: Winograd's tiles of 2 where the build takes it.
+    rows = lib.b8_conv2d_s8_row_block(conv, filter_dims)
+    expected_rows = 2 if "winograd" in conv2d_paths(case, lib.variant) else 1
+    assert rows == expected_rows, f"b8_conv2d_s8_row_block {rows}, expected {expected_rows}"
     packed = np.zeros(lib.b8_conv2d_s8_packed_size(conv, filter_dims), np.int8)
     lib.b8_conv2d_s8_pack_filter(conv, filter_dims, ptr(weight, i8), ptr(packed, i8))
     scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(conv, filter_dims), np.int8)

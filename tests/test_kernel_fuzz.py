@@ -56,8 +56,9 @@ class Recording:
 
 
 def test_every_exported_kernel_is_fuzzed(kernel_build):
-    """Each function of byoc_int8.h is called by the fuzzer's kernels (conv2d also packs filters
-    and sizes scratch; requantize and requantize_double reach the inline helpers)."""
+    """Each function of byoc_int8.h is called by the fuzzer's kernels (conv2d also packs filters,
+    sizes scratch and checks its row block; requantize and requantize_double reach the inline
+    helpers)."""
     header = (kernel_calls.ROOT / "runtime_c" / "include" / "byoc_int8.h").read_text()
     exported = {line.split("(")[0].split()[-1] for line in header.splitlines() if line.startswith("B8_API")}
     assert exported == set(kernel_calls.SIGNATURES)

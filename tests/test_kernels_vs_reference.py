@@ -865,17 +865,6 @@ def test_conv2d_winograd(kernels, seed):
     assert len(np.unique(expected)) > 3
 
 
-@pytest.mark.parametrize("seed", WINOGRAD_SEEDS)
-def test_conv2d_row_block_names_the_winograd_tiles(kernels, seed):
-    """b8_conv2d_s8_row_block, the rows a thread's share should come in: 2 (Winograd's tiles of 2
-    rows) exactly where the build convolves by Winograd, else 1."""
-    for case in (winograd_case(seed), random_conv_case(np.random.default_rng(seed), "dense")):
-        conv = kernel_calls.ConvParams(*case["strides"], *case["padding"], *case["dilation"], case["groups"],
-                                       case["pad_value"])
-        expected = 2 if "winograd" in kernel_calls.conv2d_paths(case, kernels.variant) else 1
-        assert kernels.b8_conv2d_s8_row_block(conv, kernel_calls.Dims(*case["weight"].shape)) == expected
-
-
 def test_conv2d_winograd_wraps_exactly(kernels):
     """The most input channels Winograd takes (896), every value at the int8 ends: its sums of
     48 x sum(x * w) leave int32 on the way (they wrap), and the division by 48 modulo 2^32 still
