@@ -251,10 +251,9 @@ B8_INLINE void b8_output_s8x8(__m256i sum, const b8_estimate_x8_params* estimate
 
 #if !B8_USE_AVX512VNNI
 /* The output stage of whole blocks of 16 channels, two pixels at a time, in registers: the AVX2
- * and AVX-VNNI tiles' and the Winograd path's (the AVX-512 VNNI build has its own, conv2d_s8.c). */
-/* The requantization of one block of 16 channels, loaded once per tile: the estimate's from the
- * call's table, the exact path's from quant (the one place where the AVX2 tiles
- * read quant->multiplier and quant->shift). */
+ * and AVX-VNNI tiles' and the Winograd path's (the AVX-512 VNNI build has its own, conv2d_s8.c).
+ * b8_block_epilogue is one block's requantization, loaded once per tile: the estimate's from the
+ * call's table, the exact path's from quant. */
 typedef struct {
   b8_estimate_x8_params estimate[2]; /* channels 0-7 and 8-15 */
   const int32_t *multiplier, *shift;
@@ -262,7 +261,7 @@ typedef struct {
 } b8_block_epilogue;
 
 B8_INLINE void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
-                                   int32_t oc0, b8_block_epilogue* e) {
+                                      int32_t oc0, b8_block_epilogue* e) {
   for (int32_t half = 0; half < 2; ++half) {
     const int32_t oc = oc0 + 8 * half;
     e->estimate[half].scale = _mm256_loadu_ps(table + oc);
