@@ -272,7 +272,7 @@ def gen_conv2d(rng) -> dict:
         case = {"groups": 1, "n": n, "hw": (h, w), "kernel": (1, 1), "strides": (1, 1), "padding": (0, 0),
                 "dilation": (1, 1), "out_hw": (h, w)}
         return _conv_rest(rng, case, in_c, weights(rng, (out_c, 1, 1, in_c)), out_c, in_c)
-    if 0.6 <= r < 0.65:  # 3x3 stride 1 on a multiple of 16 channels (the AVX2 build's Winograd path)
+    if 0.6 <= r < 0.65:  # 3x3 stride 1 on a multiple of 16 channels (the Winograd path)
         in_c = 16 * int(rng.integers(1, 9)) if chance(rng, 0.95) else int(rng.choice([896, 912]))
         out_c = channels(rng) if in_c <= 128 else int(rng.integers(1, 33))  # a pixel's MACs stay in bounds
         n = 1 if chance(rng, 0.7) else int(rng.integers(2, 4))

@@ -367,13 +367,13 @@ def _winograd_whole_u(cout: int, cin: int) -> bool:
 
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
-    """conv2d_paths of the AVX2 build's Winograd path: its filter transformed once per call, or per
-    block of tiles where U passes 1 MB; the rows of 2 x 4 tiles that hold a call's pixels, in
-    blocks of b8_winograd_block_tiles (several) and groups of 6 (the last of 4 where 1-4 remain,
-    filled with spare tiles where it is not full), tiles whose 4x4 input reads padding, tiles with pixels not written
-    (past the output's last row or column, or outside the call's share); blocks of 16 channels
-    (partial, several) and their epilogue (whole blocks fused, two pixels at a time; else 8
-    lanes, or scalar)."""
+    """conv2d_paths of the AVX2 and AVX-VNNI builds' Winograd path: its filter transformed once per
+    call, or per block of tiles where U passes 1 MB; the rows of 2 x 4 tiles that hold a call's
+    pixels, in blocks of b8_winograd_block_tiles (several) and groups of 6 (the last of 4 where
+    1-4 remain, filled with spare tiles where it is not full), tiles whose 4 x 6 input reads
+    padding, tiles with pixels not written (past the output's last row or column, or outside the
+    call's share); blocks of 16 channels (partial, several) and their epilogue (whole blocks
+    fused, two pixels at a time; else 8 lanes, or scalar)."""
     cout, _, _, cin = case["weight"].shape
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]

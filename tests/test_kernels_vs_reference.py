@@ -820,8 +820,8 @@ WINOGRAD_SEEDS = range(10)
 
 
 def winograd_case(seed):
-    """3x3 stride-1 convolutions on 16-512 input channels (the AVX2 build's Winograd path):
-    outputs of any size up to 18 x 18 (tiles past the last row or column, several
+    """3x3 stride-1 convolutions on 16-512 input channels (the AVX2 and AVX-VNNI builds' Winograd
+    path): outputs of any size up to 18 x 18 (tiles past the last row or column, several
     blocks of tiles, a last group of fewer than 6), padding of 0-2 on each side (tiles reading
     padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
     and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift;

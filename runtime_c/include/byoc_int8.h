@@ -250,9 +250,10 @@ typedef struct {
  * a tenth of the patch or more, the rows back to back and the patch padded once; then the weight
  * sums, and whether every weight lies in [-64, 64], which gives AVX2 faster exact paths: for
  * such filters on 4 or more blocks the AVX2 layout holds w + 64; the AVX-512 VNNI and AVX-VNNI
- * layouts hold w + 128 where blocks x padded patch bytes reach 128. The AVX2 build (without
- * VNNI), for 3x3 stride-1 layers on a multiple of 16 input channels: Winograd's transformed
- * filter, int16. The AMX build, for patches of 32 bytes or more where the process may use AMX:
+ * layouts hold w + 128 where blocks x padded patch bytes reach 128. The AVX2 and AVX-VNNI
+ * builds, for the 3x3 stride-1 layers they run by Winograd (up to 896 input channels, a
+ * multiple of 16): blocks of 16 output channels x 9 taps per pair of input channels, int8, which
+ * each call transforms. The AMX build, for patches of 32 bytes or more where the process may use AMX:
  * blocks of 32 channels x 4 bytes of the patch's rows back to back, padded with zero weights to a
  * multiple of 64, the weights as they are.
  * `input_nonnegative`: every input value is >= 0 (e.g. after a relu), which lets the AVX2 path
