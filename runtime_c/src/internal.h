@@ -76,9 +76,10 @@ B8_INLINE int b8_small_rescale_prepare(int32_t multiplier, int32_t shift, int32_
  * codes x (|x| <= 128, exact in float). In float, y's two multiply-adds, the rounding of center
  * and of the two factors, and the margin's addition below err by at most
  * 4 u bound + 128 u (a1 + a2) f (u = 2^-24, bound >= |every intermediate|). With `margin` a power
- * of two above twice the total error, below = y - margin and above = below + 2 margin put T
- * strictly above below and at most at above: where floor(below) = floor(above) that integer is
- * floor(T), and where T is an integer (a tie) the floors differ. (runtime_c/tests/test_estimate.c
+ * of two above twice the total error, below = y - 1/2 - margin and above = below + 2 margin put
+ * T - 1/2 strictly between them: where both convert to the same nearest integer, that integer is
+ * floor(T), and where T is an integer (a tie) they differ (b8_estimate_x8's argument).
+ * (runtime_c/tests/test_estimate.c
  * checks this at every pair of codes, ties included.) For TFLite's scales (f about
  * 2^-19, factors near 1) the margin is 2^-12 or 2^-11: about one lane in 1000 is redone. */
 typedef struct {
@@ -92,7 +93,7 @@ B8_INLINE int b8_add_estimate_prepare(const b8_add_params* p, b8_add_estimate* e
   const double f = ldexp(p->output_multiplier, p->output_shift - 31);
   const double a1 = ldexp(p->input1_multiplier, p->left_shift + p->input1_shift - 31) * f;
   const double a2 = ldexp(p->input2_multiplier, p->left_shift + p->input2_shift - 31) * f;
-  const double center = p->output_zero_point + 0.5 - p->input1_zero_point * a1 - p->input2_zero_point * a2;
+  const double center = p->output_zero_point - p->input1_zero_point * a1 - p->input2_zero_point * a2; /* less 1/2 */
   const double bound = 128 * (fabs(a1) + fabs(a2)) + fabs(center) + 2;
 #if B8_ROUNDING == B8_ROUND_TFLITE
   const double nudge = p->output_shift < 0 ? ldexp(1.0, p->output_shift - 1) : 0;
@@ -165,18 +166,21 @@ B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i righ
  * when e >= 1: rounding h = floor(acc x M / 2^31 + 1/2) by 2^e, ties away from zero, is
  * floor(r + 1/2 + 2^-(e + 1)) for h >= 0 and floor(r + 1/2 - 2^-(e + 1)) for h < 0), except
  * where T is an integer (a tie, which the roundings break differently). In float, below =
- * acc x scale + offset is T - 2^-12 within 2^-13 (the rounding of acc, of scale and of the sum,
- * 2^-24 relative each, on |r| < 2^9 wherever the result is not clamped anyway; the offset's own,
- * 2^-16), and above = below + 2^-11: when floor(below) = floor(above), T lies between them and
- * floor(T) is that integer. Values at 2^24 and beyond are held there (they clamp; 2^31 would not
- * convert). The floors are explicit; the AVX-512 code states round-to-nearest in its conversion
- * and multiply-add too, and the AVX2 code takes it from MXCSR (its default, which TVM and PyTorch
- * keep). */
+ * acc x scale + offset is T - 1/2 - 2^-12 within 2^-13 (the rounding of acc, of scale and of the
+ * sum, 2^-24 relative each, on |r| < 2^9 wherever the result is not clamped anyway; the offset's
+ * own, 2^-16), and above = below + 2^-11, so T - 1/2 lies strictly between them. Both convert to
+ * the nearest integer: where they give the same k, T - 1/2 lies in (k - 1/2, k + 1/2), so floor(T)
+ * is k; where T is an integer, T - 1/2 is a half-integer between them and they differ. (Rounding
+ * to nearest costs one instruction, where a floor on AVX2 costs a vroundps of two micro-ops on the
+ * ports that also multiply, then a conversion.) Values at 2^24 and beyond are held there (they
+ * clamp; 2^31 would not convert); far below -2^31 the conversion gives INT32_MIN, which clamps
+ * alike. The AVX-512 code states round-to-nearest in every step; the AVX2 code takes it from MXCSR
+ * (its default, which TVM and PyTorch keep). */
 #define B8_ESTIMATE_MARGIN 0.000244140625f /* 2^-12 */
 #define B8_ESTIMATE_LIMIT 16777216.0f      /* 2^24 */
 
 /* The per-lane constants of the estimate: the factor M x 2^(shift - 31), and the offsets
- * zero_point + 1/2 - 2^-12 +- the TFLite nudge for acc >= 0 and acc < 0. */
+ * zero_point - 2^-12 +- the TFLite nudge for acc >= 0 and acc < 0 (T - 1/2's). */
 typedef struct {
   __m256 scale, offset_nonnegative, offset_negative;
 } b8_estimate_x8_params;
@@ -186,7 +190,7 @@ B8_INLINE void b8_estimate_prepare_x8(__m256i multiplier, __m256i shift, int32_t
   /* 2^(shift - 31) as float bits (shift >= -31: a normal number) */
   const __m256i power = _mm256_slli_epi32(_mm256_add_epi32(shift, _mm256_set1_epi32(96)), 23);
   p->scale = _mm256_mul_ps(_mm256_cvtepi32_ps(multiplier), _mm256_castsi256_ps(power));
-  const __m256 base = _mm256_set1_ps((float)zero_point + 0.5f - B8_ESTIMATE_MARGIN);
+  const __m256 base = _mm256_set1_ps((float)zero_point - B8_ESTIMATE_MARGIN);
 #if B8_ROUNDING == B8_ROUND_TFLITE
   /* 2^(shift - 1) with M's sign where shift <= -1, else 0 */
   const __m256i nudge_bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(shift, _mm256_set1_epi32(126)), 23),
@@ -199,16 +203,15 @@ B8_INLINE void b8_estimate_prepare_x8(__m256i multiplier, __m256i shift, int32_t
 #endif
 }
 
-/* The estimate on 8 lanes; lanes where it may be wrong are set in *unsure (all ones). */
+/* The estimate on 8 lanes; lanes where it may be wrong are made nonzero in *unsure. */
 B8_INLINE __m256i b8_estimate_x8(__m256i acc, const b8_estimate_x8_params* p, __m256i* unsure) {
   const __m256 x = _mm256_cvtepi32_ps(acc);
   const __m256 offset = _mm256_blendv_ps(p->offset_nonnegative, p->offset_negative, x); /* by x's sign */
   const __m256 below = _mm256_min_ps(_mm256_fmadd_ps(x, p->scale, offset), _mm256_set1_ps(B8_ESTIMATE_LIMIT));
   const __m256 above = _mm256_add_ps(below, _mm256_set1_ps(2 * B8_ESTIMATE_MARGIN));
-  const __m256 low = _mm256_round_ps(below, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m256 high = _mm256_round_ps(above, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  *unsure = _mm256_or_si256(*unsure, _mm256_castps_si256(_mm256_cmp_ps(low, high, _CMP_NEQ_UQ)));
-  return _mm256_cvttps_epi32(low);
+  const __m256i low = _mm256_cvtps_epi32(below), high = _mm256_cvtps_epi32(above);
+  *unsure = _mm256_or_si256(*unsure, _mm256_xor_si256(low, high));
+  return low;
 }
 
 /* The estimate's constants of channels [0, count) (count a multiple of 8, every shift <= 0) as
@@ -327,10 +330,9 @@ B8_INLINE b8_add_estimate_x8_params b8_add_estimate_prepare_x8(const b8_add_esti
 B8_INLINE __m256i b8_add_estimate_x8(__m256i input1, __m256i input2, const b8_add_estimate_x8_params* p, int* unsure) {
   const __m256 below = _mm256_fmadd_ps(_mm256_cvtepi32_ps(input1), p->scale1,
                                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(input2), p->scale2, p->offset));
-  const __m256 low = _mm256_round_ps(below, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m256 high = _mm256_round_ps(_mm256_add_ps(below, p->twice_margin), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  *unsure |= _mm256_movemask_ps(_mm256_cmp_ps(low, high, _CMP_NEQ_UQ));
-  return _mm256_cvttps_epi32(low);
+  const __m256i low = _mm256_cvtps_epi32(below), high = _mm256_cvtps_epi32(_mm256_add_ps(below, p->twice_margin));
+  *unsure |= !_mm256_testz_si256(_mm256_xor_si256(low, high), _mm256_xor_si256(low, high));
+  return low;
 }
 
 /* b8_small_rescale on 8 lanes of differences. */
@@ -403,7 +405,7 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
 #endif
 }
 
-/* b8_estimate_x8's constants and estimate on 16 lanes (floor by the conversion's own rounding). */
+/* b8_estimate_x8's constants and estimate on 16 lanes. */
 typedef struct {
   __m512 scale, offset_nonnegative, offset_negative;
 } b8_estimate_x16_params;
@@ -430,8 +432,8 @@ B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, 
   const __m512 below = _mm512_min_ps(_mm512_fmadd_round_ps(x, p->scale, offset, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                                      _mm512_set1_ps(B8_ESTIMATE_LIMIT));
   const __m512 above = _mm512_add_ps(below, _mm512_set1_ps(2 * B8_ESTIMATE_MARGIN));
-  const __m512i low = _mm512_cvt_roundps_epi32(below, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m512i high = _mm512_cvt_roundps_epi32(above, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i low = _mm512_cvt_roundps_epi32(below, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512i high = _mm512_cvt_roundps_epi32(above, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   *unsure = (__mmask16)(*unsure | _mm512_cmpneq_epi32_mask(low, high));
   return low;
 }
@@ -471,12 +473,12 @@ B8_INLINE b8_add_estimate_x16_params b8_add_estimate_prepare_x16(const b8_add_es
 /* b8_add_estimate_x8 on 16 lanes (the rounding stated in each step). */
 B8_INLINE __m512i b8_add_estimate_x16(__m512i input1, __m512i input2, const b8_add_estimate_x16_params* p,
                                       __mmask16* unsure) {
-  const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC, down = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
+  const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const __m512 below = _mm512_fmadd_round_ps(
       _mm512_cvtepi32_ps(input1), p->scale1,
       _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(input2), p->scale2, p->offset, nearest), nearest);
-  const __m512i low = _mm512_cvt_roundps_epi32(below, down);
-  const __m512i high = _mm512_cvt_roundps_epi32(_mm512_add_round_ps(below, p->twice_margin, nearest), down);
+  const __m512i low = _mm512_cvt_roundps_epi32(below, nearest);
+  const __m512i high = _mm512_cvt_roundps_epi32(_mm512_add_round_ps(below, p->twice_margin, nearest), nearest);
   *unsure = (__mmask16)(*unsure | _mm512_cmpneq_epi32_mask(low, high));
   return low;
 }
