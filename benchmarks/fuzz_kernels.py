@@ -234,17 +234,20 @@ def _conv_geometry(rng, case: dict, group_in: int, out_c: int, depthwise: bool =
             "dilation": (dh, dw), "out_hw": (oh, ow)}
 
 
-def _conv_rest(rng, case: dict, in_c: int, weight: np.ndarray, out_c: int, terms: int) -> dict:
+def _conv_rest(rng, case: dict, in_c: int, weight: np.ndarray, out_c: int, terms: int, depthwise: bool = False) -> dict:
     n, (h, w) = case.pop("n"), case.pop("hw")
     case.pop("kernel")
     nonnegative = chance(rng, 0.4)  # as after a relu: the AVX2 tile may skip its sign handling
     multiplier, shift = requant(rng, out_c, terms)
     z_out = zero_point(rng)
     oh, ow = case["out_hw"]
-    return {**case, "x": int8_data(rng, (n, h, w, in_c), nonnegative), "weight": weight,
+    case = {**case, "x": int8_data(rng, (n, h, w, in_c), nonnegative), "weight": weight,
             "bias": biases(rng, out_c), "multiplier": multiplier, "shift": shift, "pad_value": zero_point(rng),
             "output_zero_point": z_out, "act": activation(rng, z_out), "nonnegative": nonnegative,
             "pixels": pixel_ranges(rng, n * oh * ow), "fill": int(rng.integers(-128, 128))}
+    if not depthwise:  # a quarter of the calls in 2-4 shares of whole channel blocks (b8_conv2d_s8_channels)
+        case["channel_shares"] = int(rng.integers(2, 5)) if chance(rng, 0.25) else None
+    return case
 
 
 def gen_conv2d(rng) -> dict:
@@ -317,7 +320,7 @@ def gen_depthwise_conv2d(rng) -> dict:
     out_c = in_c * (1 if chance(rng, 0.6) else int(rng.integers(2, 5)))
     case = _conv_geometry(rng, {}, 1, out_c, depthwise=True)
     kh, kw = case["kernel"]
-    return _conv_rest(rng, case, in_c, weights(rng, (1, kh, kw, out_c)), out_c, kh * kw)
+    return _conv_rest(rng, case, in_c, weights(rng, (1, kh, kw, out_c)), out_c, kh * kw, depthwise=True)
 
 
 def _pool_geometry(rng, max_kernel: int = 4, dilated: bool = True) -> dict:

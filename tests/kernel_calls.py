@@ -84,6 +84,10 @@ class Pixels(ctypes.Structure):
     _fields_ = [("begin", i32), ("end", i32)]
 
 
+class Channels(ctypes.Structure):
+    _fields_ = [("begin", i32), ("end", i32)]
+
+
 def ptr(array: np.ndarray, ctype):
     assert array.flags["C_CONTIGUOUS"]
     return array.ctypes.data_as(ctypes.POINTER(ctype))
@@ -96,8 +100,11 @@ SIGNATURES = {
     "b8_conv2d_s8_pack_filter": (None, [P(ConvParams), P(Dims), P(i8), P(i8)]),
     "b8_conv2d_s8_scratch_size": (i32, [P(ConvParams), P(Dims)]),
     "b8_conv2d_s8_row_block": (i32, [P(ConvParams), P(Dims)]),
+    "b8_conv2d_s8_channel_block": (i32, [P(ConvParams), P(Dims)]),
     "b8_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), i32, P(Dims), P(i8), P(i32), P(Dims),
                            P(i8), P(Pixels), P(i8)]),
+    "b8_conv2d_s8_channels": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), i32, P(Dims), P(i8), P(i32),
+                                    P(Dims), P(i8), P(Pixels), P(Channels), P(i8)]),
     "b8_depthwise_conv2d_s8": (i32, [P(ConvParams), P(RequantParams), P(Dims), P(i8), P(Dims), P(i8), P(i32),
                                      P(Dims), P(i8), P(Pixels)]),
     "b8_max_pool2d_s8": (i32, [P(PoolParams), P(Dims), P(i8), P(Dims), P(i8), P(Pixels)]),
@@ -153,6 +160,26 @@ def _ranges(case: dict) -> list:
     return [None] if ranges is None else [ctypes.byref(Pixels(int(b), int(e))) for b, e in ranges]
 
 
+def channel_shares(case: dict, block: int) -> list[tuple[int, int]]:
+    """The output channel ranges of a convolution's calls: all at once, or with
+    case["channel_shares"] = k in k shares of whole blocks of `block` channels (the build's
+    b8_conv2d_s8_channel_block), as the TVM adapter splits convolutions of few pixels over threads;
+    shares may be empty where there are fewer blocks than shares."""
+    cout, k = case["weight"].shape[0], case.get("channel_shares")
+    if k is None:
+        return [(0, cout)]
+    blocks = -(-cout // block)
+    cuts = [min(i * blocks // k * block, cout) for i in range(k + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def _channel_block(case: dict, variant: str) -> int:
+    """b8_conv2d_s8_channel_block as the path model gives it: the SIMD tiles' channel blocks."""
+    if variant == "portable" or case["groups"] != 1:
+        return 1
+    return 32 if variant in ("avx512vnni", "amx") else 16
+
+
 def _covered(case: dict, total: int) -> np.ndarray:
     """Which output pixels the calls of a case write."""
     ranges = case.get("pixels")
@@ -177,7 +204,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     blocks x patch bytes reach 128, else signed inputs offset by 128."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
-        return {"portable"}
+        return {"portable"} | _share_paths(channel_shares(case, 1))
     if variant == "amx":  # patches of 32 bytes or more on AMX tiles, shorter ones on the VNNI tiles
         return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 32 else conv2d_paths(case, "avx512vnni")
     if variant in ("avx2", "avxvnni") and winograd_suits(case, variant):
@@ -273,22 +300,29 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
     # AVX2's corrected form runs two whole, fused blocks at a time (b8_tile_pair), two pixels per
     # pass: a tile of at most 2 pixels takes one pass.
-    pair_end = 0
-    if "signed corrected" in paths and vector:
-        pair_end = cout // (2 * tile_channels) * 2 * tile_channels
-        if pair_end:
-            paths.add("corrected pair tile")
-            counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
-            paths |= {"corrected pair, one pass"} if any(count <= 2 for count in counts) else set()
-    for oc0 in range(0, cout, tile_channels):
-        channels = min(tile_channels, cout - oc0)
-        paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
-        if variant == "avx512vnni" and channels <= 16:
-            paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
-        paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,))
+    # (and each channel share from its first block: pairs while two blocks of it remain)
+    shares = channel_shares(case, tile_channels)
+    if "signed corrected" in paths and vector and any(end - begin >= 2 * tile_channels for begin, end in shares):
+        paths.add("corrected pair tile")
+        counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
+        paths |= {"corrected pair, one pass"} if any(count <= 2 for count in counts) else set()
+    for begin, end in shares:
+        for oc0 in range(begin, end, tile_channels):
+            channels = min(tile_channels, end - oc0)
+            paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
+            if variant == "avx512vnni" and channels <= 16:
+                paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
+            paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,))
     if cout > tile_channels:
         paths.add("several channel tiles")
-    return paths
+    return paths | _share_paths(shares)
+
+
+def _share_paths(shares: list[tuple[int, int]]) -> set[str]:
+    """A convolution computed in channel shares (some of them possibly empty)."""
+    if len(shares) == 1:
+        return set()
+    return {"channel shares"} | ({"empty channel share"} if any(end == begin for begin, end in shares) else set())
 
 
 def _epilogue_paths(case: dict, vector: bool, channels: int, fused: tuple[int, ...]) -> set[str]:
@@ -340,14 +374,16 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
     if groups > 1:
         paths.add("several pixel groups")
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
-    for oc0 in range(0, cout, block):
-        channels = min(block, cout - oc0)
-        paths.add("whole channel tile" if channels == block else "narrow channel tile" if channels <= 16
-                  else "partial channel tile")
-        paths |= _epilogue_paths(case, vector, channels, (16, 32))
+    shares = channel_shares(case, block)
+    for begin, end in shares:
+        for oc0 in range(begin, end, block):
+            channels = min(block, end - oc0)
+            paths.add("whole channel tile" if channels == block else "narrow channel tile" if channels <= 16
+                      else "partial channel tile")
+            paths |= _epilogue_paths(case, vector, channels, (16, 32))
     if cout > block:
         paths.add("several channel tiles")
-    return paths
+    return paths | _share_paths(shares)
 
 
 def winograd_suits(case: dict, variant: str = "avx2") -> bool:
@@ -402,11 +438,13 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
         row_end = last_row // tiles_h * oh * ow + min(2 * (last_row % tiles_h) + 2, oh) * ow
         paths |= {"tile partly written"} if oh % 2 or ow % 4 or row_start != begin or row_end != end else set()
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
-    for oc0 in range(0, cout, 16):
-        paths |= {"partial channel tile"} if cout - oc0 < 16 else set()
-        paths |= _epilogue_paths(case, vector, min(16, cout - oc0), (16,))
+    shares = channel_shares(case, 16)
+    for begin, end in shares:
+        for oc0 in range(begin, end, 16):
+            paths |= {"partial channel tile"} if end - oc0 < 16 else set()
+            paths |= _epilogue_paths(case, vector, min(16, end - oc0), (16,))
     paths |= {"several channel tiles"} if cout > 16 else set()
-    return paths
+    return paths | _share_paths(shares)
 
 
 def depthwise_paths(case: dict, variant: str) -> set[str]:
@@ -507,13 +545,29 @@ def call_conv2d(lib, case: dict):
     rows = lib.b8_conv2d_s8_row_block(conv, filter_dims)
     expected_rows = 2 if "winograd" in conv2d_paths(case, lib.variant) else 1
     assert rows == expected_rows, f"b8_conv2d_s8_row_block {rows}, expected {expected_rows}"
+    # The channel blocks its shares come in: the SIMD tiles' where the build takes them.
+    block = lib.b8_conv2d_s8_channel_block(conv, filter_dims)
+    expected_block = _channel_block(case, lib.variant)
+    assert block == expected_block, f"b8_conv2d_s8_channel_block {block}, expected {expected_block}"
     packed = np.zeros(lib.b8_conv2d_s8_packed_size(conv, filter_dims), np.int8)
     lib.b8_conv2d_s8_pack_filter(conv, filter_dims, ptr(weight, i8), ptr(packed, i8))
     scratch = np.zeros(lib.b8_conv2d_s8_scratch_size(conv, filter_dims), np.int8)
+    args = (_requant(case), Dims(*x.shape), ptr(x, i8), int(case["nonnegative"]), filter_dims, ptr(packed, i8),
+            None if bias is None else ptr(bias, i32), Dims(n, oh, ow, cout), ptr(out, i8))
     for pixels in _ranges(case):
-        status = lib.b8_conv2d_s8(conv, _requant(case), Dims(*x.shape), ptr(x, i8), int(case["nonnegative"]),
-                                  filter_dims, ptr(packed, i8), None if bias is None else ptr(bias, i32),
-                                  Dims(n, oh, ow, cout), ptr(out, i8), pixels, ptr(scratch, i8))
+        if case.get("channel_shares") is None:
+            status = lib.b8_conv2d_s8(conv, *args, pixels, ptr(scratch, i8))
+        else:
+            for begin, end in channel_shares(case, block):
+                before = out.copy()
+                status = lib.b8_conv2d_s8_channels(conv, *args, pixels, ctypes.byref(Channels(begin, end)),
+                                                   ptr(scratch, i8))
+                if status:
+                    break
+                # a share writes its own channels only
+                outside = np.ones(cout, bool)
+                outside[begin:end] = False
+                assert np.array_equal(out[..., outside], before[..., outside]), f"channel share {begin}-{end} wrote outside it"
         if status:
             return status, out
     return 0, out

@@ -56,15 +56,17 @@ class Recording:
 
 
 def test_every_exported_kernel_is_fuzzed(kernel_build):
-    """Each function of byoc_int8.h is called by the fuzzer's kernels (conv2d also packs filters,
-    sizes scratch and checks its row block; requantize and requantize_double reach the inline
-    helpers)."""
+    """Each function of byoc_int8.h is called by the fuzzer's kernels in their first ten draws
+    (conv2d also packs filters, sizes scratch and checks its row and channel blocks, and calls
+    b8_conv2d_s8 or, in channel shares, b8_conv2d_s8_channels; requantize and requantize_double
+    reach the inline helpers)."""
     header = (kernel_calls.ROOT / "runtime_c" / "include" / "byoc_int8.h").read_text()
     exported = {line.split("(")[0].split()[-1] for line in header.splitlines() if line.startswith("B8_API")}
     assert exported == set(kernel_calls.SIGNATURES)
     lib = Recording(kernel_calls.load(kernel_calls.library_path(kernel_build, "portable", "tflite"), "portable", "tflite"))
     for kernel in fuzz_kernels.GENERATORS:
-        assert kernel_calls.check(lib, kernel, fuzz_kernels.draw(kernel, "tflite", 0, SEED)) is None
+        for index in range(10):
+            assert kernel_calls.check(lib, kernel, fuzz_kernels.draw(kernel, "tflite", index, SEED)) is None
     assert lib.called == exported
 
 

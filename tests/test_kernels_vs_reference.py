@@ -891,6 +891,63 @@ def test_conv2d_winograd_wraps_exactly(kernels):
     assert_matches(kernels, "conv2d", wider)
 
 
+# (kernel h = w, stride, input channels, output channels, groups, channel shares, pixel shares, inputs >= 0):
+# the direct tiles (AVX2's corrected pairs on 5 blocks; a 7x7 output), a 1x1 layer with a last
+# narrow block of 16 (AVX-512), Winograd with U whole and per piece, AMX (3 blocks of 32 in 4
+# shares: one empty), a grouped convolution cut inside its groups (portable), a stem, one partial
+# block in two shares (the second empty on the SIMD builds).
+CHANNEL_SHARE_CASES = [(3, 2, 24, 80, 1, 3, False, False), (1, 1, 64, 48, 1, 2, True, True),
+                       (3, 1, 32, 64, 1, 3, True, False), (3, 1, 512, 40, 1, 2, False, False),
+                       (3, 1, 16, 96, 1, 4, False, True), (3, 1, 16, 24, 4, 3, True, False),
+                       (7, 2, 3, 64, 1, 2, False, False), (1, 1, 8, 13, 1, 2, False, True)]
+
+
+def channel_share_case(seed):
+    """A convolution computed in shares of whole channel blocks (b8_conv2d_s8_channels), as the TVM
+    adapter splits layers of few pixels over threads; some also in pixel shares."""
+    k, stride, cin, cout, groups, shares, pixel_shares, nonnegative = CHANNEL_SHARE_CASES[seed]
+    rng = np.random.default_rng(700 + seed)
+    size = 20 if k == 7 else 7 if cin >= 256 else 9
+    pad = k // 2
+    oh = ow = out_size(size, pad, pad, k, stride, 1)
+    x = rng.integers(0 if nonnegative else -128, 128, (1, size, size, cin), dtype=np.int8)
+    weight = rng.integers(-127, 128, (cout, k, k, cin // groups), dtype=np.int8)
+    multiplier, shift = random_requant(rng, cout, k * k * cin // groups)
+    shift = np.minimum(shift, 0)
+    z_out = random_zero_point(rng, output=True)
+    total = oh * ow
+    return {"x": x, "weight": weight, "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
+            "multiplier": multiplier, "shift": shift, "groups": groups, "strides": (stride, stride),
+            "padding": (pad, pad), "dilation": (1, 1), "out_hw": (oh, ow),
+            "pad_value": 0 if nonnegative else random_zero_point(rng), "output_zero_point": z_out,
+            "act": random_act(rng, z_out), "nonnegative": nonnegative,
+            "pixels": [(0, total // 3), (total // 3, total)] if pixel_shares else None, "fill": 0,
+            "channel_shares": shares}
+
+
+@pytest.mark.parametrize("seed", range(len(CHANNEL_SHARE_CASES)))
+def test_conv2d_channel_shares(kernels, seed):
+    case = channel_share_case(seed)
+    paths = kernel_calls.conv2d_paths(case, kernels.variant)
+    assert "channel shares" in paths
+    expected = assert_matches(kernels, "conv2d", case)
+    assert len(np.unique(expected)) > 3
+
+
+def test_conv2d_channel_shares_reach():
+    """The cases take the paths they are there for, in the builds that have them."""
+    paths = {variant: [kernel_calls.conv2d_paths(channel_share_case(seed), variant)
+                       for seed in range(len(CHANNEL_SHARE_CASES))]
+             for variant in ("portable", "avx2", "avxvnni", "avx512vnni", "amx")}
+    assert "corrected pair tile" in paths["avx2"][0]
+    assert "narrow channel tile" in paths["avx512vnni"][1]
+    assert "winograd" in paths["avx2"][2] and "winograd" in paths["avxvnni"][2]
+    assert "filter per tile block" in paths["avx2"][3]
+    assert "amx" in paths["amx"][4] and "empty channel share" in paths["amx"][4]
+    assert paths["avx2"][5] == {"portable", "channel shares"}
+    assert "empty channel share" in paths["avx2"][7] and "empty channel share" not in paths["portable"][7]
+
+
 @pytest.mark.parametrize("seed", POINTWISE_SEEDS)
 def test_conv2d_pointwise(kernels, seed):
     case = pointwise_case(seed)

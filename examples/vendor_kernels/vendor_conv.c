@@ -73,6 +73,13 @@ int32_t b8_conv2d_s8_row_block(const b8_conv_params* conv, const b8_dims* filter
   return 1;
 }
 
+/* Any share of channels: the loop below computes one channel at a time. */
+int32_t b8_conv2d_s8_channel_block(const b8_conv_params* conv, const b8_dims* filter_dims) {
+  (void)conv;
+  (void)filter_dims;
+  return 1;
+}
+
 int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_dims* filter_dims) {
   (void)conv;
   (void)filter_dims;
@@ -95,20 +102,32 @@ b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quan
                        const int8_t* input, int32_t input_nonnegative, const b8_dims* filter_dims,
                        const int8_t* filter, const int32_t* bias, const b8_dims* output_dims, int8_t* output,
                        const b8_pixels* pixels, int8_t* scratch) {
+  return b8_conv2d_s8_channels(conv, quant, input_dims, input, input_nonnegative, filter_dims, filter, bias,
+                               output_dims, output, pixels, NULL, scratch);
+}
+
+b8_status b8_conv2d_s8_channels(const b8_conv_params* conv, const b8_requant_params* quant,
+                                const b8_dims* input_dims, const int8_t* input, int32_t input_nonnegative,
+                                const b8_dims* filter_dims, const int8_t* filter, const int32_t* bias,
+                                const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
+                                const b8_channels* channels, int8_t* scratch) {
   const b8_dims* in = input_dims;
   const b8_dims* out = output_dims;
   const int32_t groups = conv->groups, depth = filter_dims->c;
+  const int32_t oc_begin = channels ? channels->begin : 0, oc_end = channels ? channels->end : out->c;
   int64_t begin, end, pixel;
   (void)input_nonnegative;
   (void)scratch;
   if (groups < 1 || in->c != depth * groups || out->c != filter_dims->n || out->c % groups) return B8_ERROR_ARGUMENT;
+  if (oc_begin < 0 || oc_end > out->c || oc_begin > oc_end) return B8_ERROR_ARGUMENT;
   pixel_range(pixels, out, &begin, &end);
-  if (begin == 0) vendor_count(in, filter_dims, out, depth, (int64_t)out->n * out->h * out->w);
+  /* once per convolution: by the share holding its first pixel and first channel */
+  if (begin == 0 && oc_begin == 0) vendor_count(in, filter_dims, out, depth, (int64_t)out->n * out->h * out->w);
   for (pixel = begin; pixel < end; ++pixel) {
     const int32_t n = (int32_t)(pixel / ((int64_t)out->h * out->w));
     const int32_t oy = (int32_t)(pixel / out->w % out->h), ox = (int32_t)(pixel % out->w);
     int32_t oc;
-    for (oc = 0; oc < out->c; ++oc) {
+    for (oc = oc_begin; oc < oc_end; ++oc) {
       const int32_t group = oc / (out->c / groups);
       int32_t acc = bias ? bias[oc] : 0, ky, kx, k;
       for (ky = 0; ky < filter_dims->h; ++ky) {

@@ -240,6 +240,11 @@ typedef struct {
   int32_t begin, end;
 } b8_pixels;
 
+/* A share of a convolution's output channels [begin, end) (b8_conv2d_s8_channels). */
+typedef struct {
+  int32_t begin, end;
+} b8_channels;
+
 /* 2-D convolution (grouped or not), fused bias + requantization + activation clamp.
  * Filter dims are (out_channels, kernel_h, kernel_w, in_channels / groups), OHWI; the kernel
  * reads the filter as prepared once by b8_conv2d_s8_pack_filter (b8_conv2d_s8_packed_size bytes)
@@ -275,6 +280,21 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const int8_t* packed_filter, const int32_t* bias,
                               const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
                               int8_t* scratch);
+/* The output channels that the kernel computes in whole blocks (its tiles' channel blocks: 16 or 32
+ * for the SIMD builds' groups-1 convolutions, 1 elsewhere): b8_conv2d_s8_channels takes shares
+ * that start at a multiple of it and end at one or at the last channel. */
+B8_API int32_t b8_conv2d_s8_channel_block(const b8_conv_params* conv, const b8_dims* filter_dims);
+/* b8_conv2d_s8 on output channels `channels` (NULL: all) of the pixels `pixels` only, so that a
+ * caller can split a convolution of few pixels (a 7x7 output) over threads by channels: each thread
+ * then reads only its channels' weights and computes no partial tile of pixels. A share that is
+ * not whole blocks (b8_conv2d_s8_channel_block) or not inside [0, out_channels] gives
+ * B8_ERROR_ARGUMENT. */
+B8_API b8_status b8_conv2d_s8_channels(const b8_conv_params* conv, const b8_requant_params* quant,
+                                       const b8_dims* input_dims, const int8_t* input,
+                                       int32_t input_nonnegative, const b8_dims* filter_dims,
+                                       const int8_t* packed_filter, const int32_t* bias,
+                                       const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
+                                       const b8_channels* channels, int8_t* scratch);
 
 /* Depthwise convolution: output channel o reads input channel o / multiplier only, with
  * multiplier = output_dims->c / input_dims->c. Filter layout (kernel_h, kernel_w, out_channels)

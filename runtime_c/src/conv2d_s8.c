@@ -114,7 +114,8 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
                                        const b8_dims* input_dims, const int8_t* input,
                                        const b8_dims* filter_dims, const int8_t* filter,
                                        const int32_t* bias, const b8_dims* output_dims,
-                                       int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
+                                       int8_t* output, const b8_pixels* pixels, int32_t oc_begin,
+                                       int32_t oc_end, int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   const int32_t groups = conv->groups, group_in = filter_dims->c, group_out = out_c / groups;
   const int32_t patch = filter_dims->h * filter_dims->w * group_in;
@@ -126,10 +127,12 @@ static b8_status b8_conv2d_s8_portable(const b8_conv_params* conv, const b8_requ
     const int32_t oy = (int32_t)(pixel / out_w % out_h), ox = (int32_t)(pixel % out_w);
     {
       int8_t* out = output + pixel * out_c;
-      for (int32_t g = 0; g < groups; ++g) {
+      for (int32_t g = oc_begin / group_out; g < groups && g * group_out < oc_end; ++g) {
         b8_gather_patch(conv, input_dims, input + n * image_size, filter_dims, oy, ox, g * group_in,
                         filter_dims->w * group_in, scratch);
-        for (int32_t oc = g * group_out; oc < (g + 1) * group_out; ++oc) {
+        const int32_t first = g * group_out > oc_begin ? g * group_out : oc_begin;
+        const int32_t last = (g + 1) * group_out < oc_end ? (g + 1) * group_out : oc_end;
+        for (int32_t oc = first; oc < last; ++oc) {
           int32_t acc = b8_dot_s8(scratch, filter + (int64_t)oc * patch, patch);
           if (bias) acc += bias[oc];
           out[oc] = b8_output_s8(acc, quant, oc);
@@ -832,7 +835,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                                    int32_t input_nonnegative, const b8_dims* filter_dims,
                                    const int8_t* packed, const int32_t* bias,
                                    const b8_dims* output_dims, int8_t* output,
-                                   const b8_pixels* pixels, int8_t* scratch) {
+                                   const b8_pixels* pixels, int32_t oc_begin, int32_t oc_end,
+                                   int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   const int32_t row_len = b8_patch_row(filter_dims), depth = b8_patch_depth(filter_dims);
   const int32_t patch_stride = b8_patch_stride(filter_dims);
@@ -1053,8 +1057,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           /* within int32 for patches of up to 2^15 bytes */
           pixel_terms[t][p] = -shift * b8_patch_sum(segment[t], segments, p, seg_real);
         }
-    for (int32_t oc0 = 0, step; oc0 < out_c; oc0 += step) {
-      const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+    for (int32_t oc0 = oc_begin, step; oc0 < oc_end; oc0 += step) {
+      const int32_t channels = oc_end - oc0 < B8_TILE_CHANNELS ? oc_end - oc0 : B8_TILE_CHANNELS;
       step = B8_TILE_CHANNELS;
       const int8_t* w = packed + (int64_t)oc0 * depth;
 #if B8_USE_AVX512VNNI
@@ -1068,7 +1072,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       b8_block_epilogue e;
       if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, &e);
       /* The corrected form takes two whole blocks at a time (b8_tile_pair) while two remain. */
-      const int pair = corrected && fused && out_c - oc0 >= 2 * B8_TILE_CHANNELS;
+      const int pair = corrected && fused && oc_end - oc0 >= 2 * B8_TILE_CHANNELS;
       b8_block_epilogue next;
       if (pair) {
         b8_block_epilogue_load(quant, table, padded_c, oc0 + B8_TILE_CHANNELS, &next);
@@ -1295,7 +1299,8 @@ static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quan
 static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_params* quant,
                                   const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
                                   const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
-                                  int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
+                                  int8_t* output, const b8_pixels* pixels, int32_t oc_begin, int32_t oc_end,
+                                  int8_t* scratch) {
   const int32_t out_h = output_dims->h, out_w = output_dims->w, out_c = output_dims->c;
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
   const int32_t run = k_w * in_c, depth = b8_amx_depth(filter_dims), padded_c = b8_round_up(out_c, B8_TILE_CHANNELS);
@@ -1363,8 +1368,8 @@ static b8_status b8_conv2d_s8_amx(const b8_conv_params* conv, const b8_requant_p
       }
     }
     B8_AMX_STORES_DONE();
-    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_TILE_CHANNELS) {
-      const int32_t channels = out_c - oc0 < B8_TILE_CHANNELS ? out_c - oc0 : B8_TILE_CHANNELS;
+    for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_TILE_CHANNELS) {
+      const int32_t channels = oc_end - oc0 < B8_TILE_CHANNELS ? oc_end - oc0 : B8_TILE_CHANNELS;
       for (int32_t g = 0; g < chunk_count; g += B8_AMX_PIXELS) {
         const int32_t count = chunk_count - g < B8_AMX_PIXELS ? chunk_count - g : B8_AMX_PIXELS;
         const int8_t* w = packed + (int64_t)oc0 * depth;
@@ -1427,6 +1432,18 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_di
 B8_API int32_t b8_conv2d_s8_row_block(const b8_conv_params* conv, const b8_dims* filter_dims) {
 #if B8_WINOGRAD
   if (b8_winograd_suits(conv, filter_dims)) return 2;
+#endif
+  (void)conv;
+  (void)filter_dims;
+  return 1;
+}
+
+B8_API int32_t b8_conv2d_s8_channel_block(const b8_conv_params* conv, const b8_dims* filter_dims) {
+#if B8_USE_AMX
+  if (conv->groups == 1 && b8_amx_suits(filter_dims)) return B8_TILE_CHANNELS;
+#endif
+#if B8_USE_AVX2
+  if (conv->groups == 1) return B8_TILE_CHANNELS; /* the Winograd path's blocks are 16 channels too */
 #endif
   (void)conv;
   (void)filter_dims;
@@ -1526,7 +1543,22 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
                               const int8_t* packed_filter, const int32_t* bias,
                               const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
                               int8_t* scratch) {
+  return b8_conv2d_s8_channels(conv, quant, input_dims, input, input_nonnegative, filter_dims, packed_filter, bias,
+                               output_dims, output, pixels, NULL, scratch);
+}
+
+B8_API b8_status b8_conv2d_s8_channels(const b8_conv_params* conv, const b8_requant_params* quant,
+                                       const b8_dims* input_dims, const int8_t* input,
+                                       int32_t input_nonnegative, const b8_dims* filter_dims,
+                                       const int8_t* packed_filter, const int32_t* bias,
+                                       const b8_dims* output_dims, int8_t* output, const b8_pixels* pixels,
+                                       const b8_channels* channels, int8_t* scratch) {
   if (b8_conv2d_check(conv, input_dims, filter_dims, output_dims) != B8_OK) return B8_ERROR_ARGUMENT;
+  const int32_t out_c = output_dims->c, block = b8_conv2d_s8_channel_block(conv, filter_dims);
+  const int32_t oc_begin = channels ? channels->begin : 0, oc_end = channels ? channels->end : out_c;
+  if (oc_begin < 0 || oc_end > out_c || oc_begin > oc_end || oc_begin % block || (oc_end % block && oc_end != out_c))
+    return B8_ERROR_ARGUMENT;
+  if (oc_begin == oc_end) return B8_OK;
 #if B8_USE_AVX512VNNI || B8_USE_AVXVNNI
   /* The shifted weights' products and terms stay within int32 for patches up to 2^15 bytes (the
    * quantizer's limit). */
@@ -1539,21 +1571,22 @@ B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_param
     memcpy(&marker, packed_filter + filter_bytes, 4);
     if (marker != B8_WEIGHTS_AMX) return B8_ERROR_ARGUMENT; /* not packed by this build for AMX */
     return b8_conv2d_s8_amx(conv, quant, input_dims, input, filter_dims, packed_filter, bias, output_dims, output,
-                            pixels, scratch);
+                            pixels, oc_begin, oc_end, scratch);
   }
 #endif
 #if B8_WINOGRAD
   if (b8_winograd_suits(conv, filter_dims))
     return b8_conv2d_s8_winograd(conv, quant, input_dims, input, filter_dims, packed_filter, bias, output_dims, output,
-                                 pixels, scratch);
+                                 pixels, oc_begin, oc_end, scratch);
 #endif
 #if B8_USE_AVX2
   /* Padded taps are read too: they must be non-negative as well to skip the sign handling. */
   if (conv->groups == 1)
     return b8_conv2d_s8_avx2(conv, quant, input_dims, input, input_nonnegative && conv->pad_value >= 0,
-                             filter_dims, packed_filter, bias, output_dims, output, pixels, scratch);
+                             filter_dims, packed_filter, bias, output_dims, output, pixels, oc_begin, oc_end,
+                             scratch);
 #endif
   (void)input_nonnegative;
   return b8_conv2d_s8_portable(conv, quant, input_dims, input, filter_dims, packed_filter, bias,
-                               output_dims, output, pixels, scratch);
+                               output_dims, output, pixels, oc_begin, oc_end, scratch);
 }

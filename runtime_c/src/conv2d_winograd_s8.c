@@ -301,7 +301,8 @@ static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, 
 b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
                                 const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
                                 const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
-                                int8_t* output, const b8_pixels* pixels, int8_t* scratch) {
+                                int8_t* output, const b8_pixels* pixels, int32_t oc_begin, int32_t oc_end,
+                                int8_t* scratch) {
   const int32_t c = filter_dims->c, pairs = c / 2, out_c = output_dims->c, out_h = output_dims->h, out_w = output_dims->w;
   const int32_t channels = b8_winograd_channels(filter_dims), block = b8_winograd_block_tiles(filter_dims);
   int32_t marker;
@@ -333,7 +334,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int64_t position = (int64_t)block * c; /* V's int16 from one position to the next */
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
   if (whole_u)
-    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS)
+    for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_WG_CHANNELS)
       b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, pairs, u + (int64_t)oc0 * B8_WG_POSITIONS * c,
                          (int64_t)c * B8_WG_CHANNELS);
   for (int64_t first = 0; first < tiles; first += block) {
@@ -350,7 +351,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       b8_winograd_input(input + row / tiles_h * image_size, input_dims, 2 * ty - conv->pad_top,
                         4 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
     }
-    for (int32_t oc0 = 0; oc0 < out_c; oc0 += B8_WG_CHANNELS) {
+    for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_WG_CHANNELS) {
       /* U whole: each position's GEMM over all c; else per piece of B8_WG_PIECE input channels,
        * made then used while in L1, M accumulating over the pieces. */
       const int32_t piece = whole_u ? c : B8_WG_PIECE;
@@ -365,7 +366,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
                 (const int32_t*)(v + p * position + (int64_t)g0 * c + c0), pairs, piece / 2, up + p * u_position,
                 m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0);
       }
-      const int32_t block_c = out_c - oc0 < B8_WG_CHANNELS ? out_c - oc0 : B8_WG_CHANNELS;
+      const int32_t block_c = oc_end - oc0 < B8_WG_CHANNELS ? oc_end - oc0 : B8_WG_CHANNELS;
       /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
       const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
       b8_block_epilogue e;

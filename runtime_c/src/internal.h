@@ -514,7 +514,8 @@ int32_t b8_winograd_scratch_size(const b8_dims* filter_dims);
 b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
                                 const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
                                 const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
-                                int8_t* output, const b8_pixels* pixels, int8_t* scratch);
+                                int8_t* output, const b8_pixels* pixels, int32_t oc_begin, int32_t oc_end,
+                                int8_t* scratch);
 #endif
 
 #endif /* BYOC_INT8_INTERNAL_H_ */

@@ -150,6 +150,57 @@ static void test_conv2d_padding_and_stride(void) {
   EXPECT_EQ(output[3], 10 + 5 + 6 + 8 + 9 - 5);
 }
 
+/* 1x1 convolution, 4 input channels to 40 output channels on 3 pixels: the channel shares of
+ * b8_conv2d_s8_channels (whole blocks, the last one ending at channel 40) write what one call
+ * writes, and only their channels; shares off the blocks or past the channels are refused. */
+static void test_conv2d_channel_shares(void) {
+  enum { PIXELS = 3, IN_C = 4, OUT_C = 40 };
+  int8_t input[PIXELS * IN_C], filter[OUT_C * IN_C], whole[PIXELS * OUT_C], shared[PIXELS * OUT_C];
+  int32_t bias[OUT_C], multiplier[OUT_C], shift[OUT_C];
+  for (int32_t i = 0; i < PIXELS * IN_C; ++i) input[i] = (int8_t)(i * 37 % 251 - 125);
+  for (int32_t i = 0; i < OUT_C * IN_C; ++i) filter[i] = (int8_t)(i * 53 % 255 - 127);
+  for (int32_t oc = 0; oc < OUT_C; ++oc) {
+    bias[oc] = oc * 101 - 2000;
+    multiplier[oc] = (1 << 30) + oc * 12345;
+    shift[oc] = -6;
+  }
+  const b8_conv_params conv = {1, 1, 0, 0, 1, 1, 1, 0};
+  const b8_requant_params quant = {multiplier, shift, -128, 127, 3};
+  const b8_dims in_dims = {1, 1, PIXELS, IN_C}, filter_dims = {OUT_C, 1, 1, IN_C}, out_dims = {1, 1, PIXELS, OUT_C};
+  int8_t scratch[32768], packed[8192];
+  if (b8_conv2d_s8_scratch_size(&conv, &filter_dims) > 32768 || b8_conv2d_s8_packed_size(&conv, &filter_dims) > 8192) {
+    fprintf(stderr, "conv2d buffers larger than expected\n");
+    ++failures;
+    return;
+  }
+  b8_conv2d_s8_pack_filter(&conv, &filter_dims, filter, packed);
+  EXPECT_EQ(b8_conv2d_s8(&conv, &quant, &in_dims, input, 0, &filter_dims, packed, bias, &out_dims, whole, NULL, scratch),
+            B8_OK);
+  const int32_t block = b8_conv2d_s8_channel_block(&conv, &filter_dims);
+  EXPECT_EQ(block == 1 || block == 16 || block == 32, 1);
+  memset(shared, 0x55, sizeof shared);
+  for (int32_t begin = 0; begin < OUT_C; begin += block) {
+    const b8_channels share = {begin, begin + block < OUT_C ? begin + block : OUT_C};
+    EXPECT_EQ(b8_conv2d_s8_channels(&conv, &quant, &in_dims, input, 0, &filter_dims, packed, bias, &out_dims, shared,
+                                    NULL, &share, scratch), B8_OK);
+    if (begin == 0) { /* the first share alone: its channels written, the others not yet */
+      EXPECT_EQ(memcmp(shared, whole, (size_t)share.end), 0);
+      EXPECT_EQ(share.end == OUT_C || shared[share.end] == 0x55, 1);
+    }
+  }
+  EXPECT_EQ(memcmp(shared, whole, sizeof whole), 0);
+  if (block > 1) {
+    const b8_channels off_block = {1, OUT_C};
+    EXPECT_EQ(b8_conv2d_s8_channels(&conv, &quant, &in_dims, input, 0, &filter_dims, packed, bias, &out_dims, shared,
+                                    NULL, &off_block, scratch), B8_ERROR_ARGUMENT);
+  }
+  const b8_channels past_end = {0, OUT_C + 1}, reversed = {OUT_C, 0};
+  EXPECT_EQ(b8_conv2d_s8_channels(&conv, &quant, &in_dims, input, 0, &filter_dims, packed, bias, &out_dims, shared,
+                                  NULL, &past_end, scratch), B8_ERROR_ARGUMENT);
+  EXPECT_EQ(b8_conv2d_s8_channels(&conv, &quant, &in_dims, input, 0, &filter_dims, packed, bias, &out_dims, shared,
+                                  NULL, &reversed, scratch), B8_ERROR_ARGUMENT);
+}
+
 static void test_max_pool_ignores_padding(void) {
   const int8_t input[4] = {-100, -90, -80, -70};
   const b8_pool_params pool = {2, 2, 2, 2, 1, 1, 1, 1};
@@ -420,6 +471,7 @@ int main(void) {
   test_requantize();
   test_requantize_pow2();
   test_conv2d_padding_and_stride();
+  test_conv2d_channel_shares();
   test_max_pool_ignores_padding();
   test_add_saturates();
   test_pair_table_equals_the_add();
