@@ -94,18 +94,23 @@ static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
    * build). On the Winograd path (tiles of 2 rows), where each task transforms the filter for its
    * own tiles, up to twice as many: its 14x14 x 256 layers 1.13x (AVX2 build). More pixels split
    * by pixels: the input's transform, or the patches, would be made by every task, and the next
-   * operation (an add, by bytes) would read more of what the other core wrote. */
+   * operation (an add, by bytes) would read more of what the other core wrote; so do blocks that
+   * split unevenly (MobileNetV2's 160 channels, 5 blocks of 32: 3 + 2 would be more work per task
+   * than 25 + 24 pixels). */
   const int32_t total = out->n * out->h * out->w, block = b8_conv2d_s8_channel_block(job->conv, job->filter_dims);
   const int32_t blocks = (out->c + block - 1) / block;
   const int32_t rows = b8_conv2d_s8_row_block(job->conv, job->filter_dims);
   b8_pixels pixels = {0, total};
   b8_channels channels = {0, out->c};
-  if (total < (rows > 1 ? 2 : 1) * B8_CHANNEL_SPLIT_PIXELS * env->num_task && blocks >= env->num_task) {
-    const b8_pixels share = b8_task_share(task_id, env->num_task, blocks);
+  const int32_t tasks = env->num_task;
+  const int64_t channel_share = (int64_t)(blocks + tasks - 1) / tasks * total;
+  const int64_t pixel_share = (int64_t)(total + tasks - 1) / tasks * blocks;
+  if (total < (rows > 1 ? 2 : 1) * B8_CHANNEL_SPLIT_PIXELS * tasks && channel_share <= pixel_share) {
+    const b8_pixels share = b8_task_share(task_id, tasks, blocks);
     channels.begin = share.begin * block;
     channels.end = share.end * block < out->c ? share.end * block : out->c;
   } else {
-    pixels = b8_conv_share(task_id, env->num_task, out, rows);
+    pixels = b8_conv_share(task_id, tasks, out, rows);
   }
   if (pixels.begin >= pixels.end || channels.begin >= channels.end) return 0;
   /* Each task its own scratch, sized for the kernels compiled in. */
