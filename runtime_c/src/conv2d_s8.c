@@ -1558,12 +1558,12 @@ B8_API b8_status b8_conv2d_s8_channels(const b8_conv_params* conv, const b8_requ
   const int32_t oc_begin = channels ? channels->begin : 0, oc_end = channels ? channels->end : out_c;
   if (oc_begin < 0 || oc_end > out_c || oc_begin > oc_end || oc_begin % block || (oc_end % block && oc_end != out_c))
     return B8_ERROR_ARGUMENT;
-  if (oc_begin == oc_end) return B8_OK;
 #if B8_USE_AVX512VNNI || B8_USE_AVXVNNI
   /* The shifted weights' products and terms stay within int32 for patches up to 2^15 bytes (the
    * quantizer's limit). */
   if (filter_dims->h * filter_dims->w * filter_dims->c > (1 << 15)) return B8_ERROR_ARGUMENT;
 #endif
+  if (oc_begin == oc_end) return B8_OK; /* an empty share, once the call is known valid */
 #if B8_USE_AMX
   if (conv->groups == 1 && b8_amx_suits(filter_dims)) {
     int32_t marker;
