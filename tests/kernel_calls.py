@@ -201,7 +201,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     or in the corrected form from 4 channel blocks or 128 bytes of patch times blocks) and the
     epilogue of each channel tile (fused into the tile for whole blocks: 16 channels, and for VNNI
     also 32; else 8 lanes, or scalar). VNNI and AVX-VNNI: weights shifted by 128 where channel
-    blocks x patch bytes reach 128, else signed inputs offset by 128."""
+    blocks x patch bytes reach 128 on patches read in place, else signed inputs offset by 128 (those
+    of gathered patches as they are gathered)."""
     weight = case["weight"]
     if variant == "portable" or case["groups"] != 1:
         return {"portable"} | _share_paths(channel_shares(case, 1))
@@ -225,9 +226,12 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         paths.add("row tail")  # read in place past the row's end (zero weights), or gathered
     seven_bit = np.abs(weight.astype(np.int32)).max(initial=0) <= 64
     depth = -(-kh * row // 4) * 4
-    if variant in ("avx512vnni", "avxvnni") and -(-cout // tile_channels) * depth >= 128:
+    if variant in ("avx512vnni", "avxvnni") and contiguous and "signed" in paths:
+        # gathered patches of signed inputs copied as a + 128, unsigned times w (never shifted)
+        paths = paths - {"signed"} | {"signed patch offset"}
+    elif variant in ("avx512vnni", "avxvnni") and not contiguous and -(-cout // tile_channels) * depth >= 128:
         # vpdpbusd: w + 128 as unsigned times a, whatever the inputs, per pixel 128 x the patch's
-        # sum taken off, where channel blocks x patch bytes reach 128
+        # sum taken off, where channel blocks x patch bytes reach 128 (patches read in place)
         paths = paths - {"signed", "unsigned"} | {"shifted weights"}
     elif variant == "avxvnni" and "signed" in paths:
         # a + 128 as unsigned times w, any 8-bit weights (no int16 pair sums to saturate)

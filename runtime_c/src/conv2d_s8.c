@@ -165,7 +165,8 @@ enum { B8_MAX_SEGMENTS = 16, B8_CHUNK_TILES = 8, B8_CHUNK_WEIGHT_BYTES = 256 * 1
 /* The packed filter's last int32 (b8_conv2d_s8_pack_filter): B8_WEIGHTS_SHIFTED for weights
  * packed shifted, w + 64 (AVX2 build: every weight in [-64, 64], more than 3 blocks of channels,
  * patches of 64 bytes or more) or w + 128 (VNNI build: blocks x patch bytes of at least
- * B8_VNNI_SHIFTED_MIN), for b8_tile_body's shifted form; else B8_WEIGHTS_7BIT where every weight
+ * B8_VNNI_SHIFTED_MIN, patches not gathered back to back, which it offsets as it gathers them),
+ * for b8_tile_body's shifted form; else B8_WEIGHTS_7BIT where every weight
  * lies in [-64, 64], the weights as they are. */
 enum { B8_WEIGHTS_7BIT = 0x37626974, B8_WEIGHTS_SHIFTED = 0x73686674 };
 /* The VNNI tiles' shifted form saves an xor per pixel and step and costs a sum per pixel, shared
@@ -232,24 +233,27 @@ static void b8_output_x8(const int32_t* acc, int32_t count, int32_t channels, in
 }
 
 /* Copies `rows` kernel rows of `run` bytes, `row_stride` bytes apart in the input, back to back
- * into patch, 32 bytes at a time: up to 31 bytes past each row are read, and written where the
- * next row then goes (or past the patch's last row). */
-static void b8_copy_rows(const int8_t* first_row, int64_t row_stride, int32_t rows, int32_t run, int8_t* patch) {
+ * into patch, 32 bytes at a time, xor `flip` (0, or 0x80 for patches of a + 128): up to 31 bytes
+ * past each row are read, and written where the next row then goes (or past the patch's last
+ * row). */
+static void b8_copy_rows(const int8_t* first_row, int64_t row_stride, int32_t rows, int32_t run, __m256i flip,
+                         int8_t* patch) {
   for (int32_t ky = 0; ky < rows; ++ky, first_row += row_stride, patch += run)
     for (int32_t i = 0; i < run; i += 32)
-      _mm256_storeu_si256((__m256i*)(patch + i), _mm256_loadu_si256((const __m256i*)(first_row + i)));
+      _mm256_storeu_si256((__m256i*)(patch + i),
+                          _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(first_row + i)), flip));
 }
 
 /* b8_copy_rows for a whole tile's pixels, each `step` bytes on from the previous one in the input,
  * into patches `patch_stride` bytes apart: the pixels in the inner loop, unrolled, so that the
  * short rows of a stem (21 bytes) cost a load and a store each rather than a pass of two loops. */
 static void b8_copy_tile_rows(const int8_t* first_row, int64_t step, int64_t row_stride, int32_t rows, int32_t run,
-                              int8_t* patch, int64_t patch_stride) {
+                              __m256i flip, int8_t* patch, int64_t patch_stride) {
   for (int32_t ky = 0; ky < rows; ++ky, first_row += row_stride, patch += run)
     for (int32_t i = 0; i < run; i += 32)
       for (int32_t p = 0; p < B8_TILE_PIXELS; ++p)
         _mm256_storeu_si256((__m256i*)(patch + p * patch_stride + i),
-                            _mm256_loadu_si256((const __m256i*)(first_row + p * step + i)));
+                            _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(first_row + p * step + i)), flip));
 }
 
 /* The tiles: acc[p][oc] = bias[oc] + sum_k patches[p][k] * w[k][oc] over a tile of pixels and
@@ -364,30 +368,34 @@ static void b8_patch_terms(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t seg
     }                                                                 \
   }
 
+/* How the VNNI tiles multiply (`form`, a constant where inlined): weights shifted by 128 as
+ * vpdpbusd's unsigned operand and the activations as they are its signed one; the activations
+ * xor 0x80 (a + 128) as the unsigned operand, the weights as they are; or the activations as
+ * they are, unsigned (non-negative inputs, or patches gathered as a + 128). */
+enum { B8_VNNI_SHIFTED, B8_VNNI_OFFSET, B8_VNNI_UNSIGNED };
+
 /* One step's products of the VNNI tiles, x (4 bytes of a pixel's patch, broadcast) times wv (4
- * weights for each of 16 channels), into acc: the weights shifted by 128 as vpdpbusd's unsigned
- * operand, the activations as they are its signed one; or, unshifted (`shifted` 0), the
- * activations xor `flip` (a + 128 where they may be negative) as the unsigned operand. */
-#define B8_VNNI_MAC(acc, wv, x) \
-  (shifted ? _mm512_dpbusd_epi32(acc, wv, x) : _mm512_dpbusd_epi32(acc, _mm512_xor_si512(x, flip), wv))
+ * weights for each of 16 channels), into acc, in the tile's form. */
+#define B8_VNNI_MAC(acc, wv, x)                                                                       \
+  (form == B8_VNNI_SHIFTED  ? _mm512_dpbusd_epi32(acc, wv, x)                                         \
+   : form == B8_VNNI_OFFSET ? _mm512_dpbusd_epi32(acc, _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80)), wv) \
+                            : _mm512_dpbusd_epi32(acc, x, wv))
 
 /* acc[p][oc] for `pixels` (at most 8; a constant where inlined) pixels x 32 channels, w packed as
  * [depth / 4][32][4]: two 512-bit vectors of 16 channels x 4 bytes per step, reused by all the
- * pixels (up to 16 accumulators of the 32 registers). Shifted weights (w + 128: `shifted`, a
- * constant where inlined) start the accumulators from the bias plus the pixel's term, -128 x the
- * sum of its patch (terms[p]); unshifted ones from the bias (less 128 x the weight sums for
- * signed inputs). Each pixel's patch is read as `segments` runs of `run` bytes:
+ * pixels (up to 16 accumulators of the 32 registers). Shifted weights (w + 128) start the
+ * accumulators from the bias plus the pixel's term, -128 x the sum of its patch (terms[p]);
+ * unshifted ones from the bias (less 128 x the weight sums for inputs offset by 128). Each pixel's patch is read as `segments` runs of `run` bytes:
  * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
  * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
  * them in acc. */
 B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                            const int8_t* w, int nonnegative, const int32_t* terms, const int32_t* bias,
+                            const int8_t* w, const int32_t* terms, const int32_t* bias,
                             int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
                             int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch, const int pixels,
-                            const int shifted) {
-  const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
+                            const int form) {
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
-#define B8_START(b, p) (shifted ? _mm512_add_epi32(b, _mm512_set1_epi32(terms[p])) : b)
+#define B8_START(b, p) (form == B8_VNNI_SHIFTED ? _mm512_add_epi32(b, _mm512_set1_epi32(terms[p])) : b)
   __m512i a00 = B8_START(b0, 0), a01 = B8_START(b1, 0), a10 = B8_START(b0, 1), a11 = B8_START(b1, 1);
   __m512i a20 = B8_START(b0, 2), a21 = B8_START(b1, 2), a30 = B8_START(b0, 3), a31 = B8_START(b1, 3);
   __m512i a40 = B8_START(b0, 4), a41 = B8_START(b1, 4), a50 = B8_START(b0, 5), a51 = B8_START(b1, 5);
@@ -488,13 +496,12 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
  * output channels): only the first vector of each step, half the work. With `e` (exactly 16
  * channels), four pixels per 64 bytes of output. */
 B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
-                                   const int8_t* w, int nonnegative, const int32_t* terms, const int32_t* bias,
+                                   const int8_t* w, const int32_t* terms, const int32_t* bias,
                                    int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
                                    int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch,
-                                   const int pixels, const int shifted) {
-  const __m512i flip = _mm512_set1_epi8(nonnegative ? 0 : (char)0x80);
+                                   const int pixels, const int form) {
   const __m512i b0 = _mm512_loadu_si512((const void*)bias);
-#define B8_START(p) (shifted ? _mm512_add_epi32(b0, _mm512_set1_epi32(terms[p])) : b0)
+#define B8_START(p) (form == B8_VNNI_SHIFTED ? _mm512_add_epi32(b0, _mm512_set1_epi32(terms[p])) : b0)
   __m512i a0 = B8_START(0), a1 = B8_START(1), a2 = B8_START(2), a3 = B8_START(3);
   __m512i a4 = B8_START(4), a5 = B8_START(5), a6 = B8_START(6), a7 = B8_START(7);
 #undef B8_START
@@ -550,26 +557,28 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
  * of a tile rather than a whole one (more sizes cost compile time of every model for little). */
 #define B8_TILE_PARAMS                                                                               \
   const int8_t *(*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t *w,         \
-      int nonnegative, const int32_t *terms, const int32_t *bias,                                   \
+      const int32_t *terms, const int32_t *bias,                                                    \
       int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],                                                 \
       const b8_block_epilogue *e, int8_t *out, int32_t stride, int32_t count, const int8_t *prefetch
-#define B8_TILE_PASS segment, segments, run, w, nonnegative, terms, bias, acc, e, out, stride, count, prefetch
+#define B8_TILE_PASS segment, segments, run, w, terms, bias, acc, e, out, stride, count, prefetch
 #define B8_TILE_ARGS(pixels) B8_TILE_PASS, pixels
-#define B8_TILE_DISPATCH(name, body, shifted)                                                        \
-  static void name##_full(B8_TILE_PARAMS) { body(B8_TILE_ARGS(8), shifted); }                       \
+#define B8_TILE_DISPATCH(name, body, form)                                                           \
+  static void name##_full(B8_TILE_PARAMS) { body(B8_TILE_ARGS(8), form); }                          \
   static __attribute__((noinline)) void name##_part(B8_TILE_PARAMS) {                               \
-    if (count == 1) body(B8_TILE_ARGS(1), shifted);                                                  \
-    else if (count == 2) body(B8_TILE_ARGS(2), shifted);                                             \
-    else body(B8_TILE_ARGS(4), shifted);                                                             \
+    if (count == 1) body(B8_TILE_ARGS(1), form);                                                     \
+    else if (count == 2) body(B8_TILE_ARGS(2), form);                                                \
+    else body(B8_TILE_ARGS(4), form);                                                                \
   }                                                                                                  \
   B8_INLINE void name(B8_TILE_PARAMS) {                                                              \
     if (count > 4) name##_full(B8_TILE_PASS);                                                        \
     else name##_part(B8_TILE_PASS);                                                                  \
   }
-B8_TILE_DISPATCH(b8_tile, b8_tile_body, 0)
-B8_TILE_DISPATCH(b8_tile_shifted, b8_tile_body, 1)
-B8_TILE_DISPATCH(b8_tile_narrow, b8_tile_narrow_body, 0)
-B8_TILE_DISPATCH(b8_tile_narrow_shifted, b8_tile_narrow_body, 1)
+B8_TILE_DISPATCH(b8_tile_shifted, b8_tile_body, B8_VNNI_SHIFTED)
+B8_TILE_DISPATCH(b8_tile_offset, b8_tile_body, B8_VNNI_OFFSET)
+B8_TILE_DISPATCH(b8_tile_unsigned, b8_tile_body, B8_VNNI_UNSIGNED)
+B8_TILE_DISPATCH(b8_tile_narrow_shifted, b8_tile_narrow_body, B8_VNNI_SHIFTED)
+B8_TILE_DISPATCH(b8_tile_narrow_offset, b8_tile_narrow_body, B8_VNNI_OFFSET)
+B8_TILE_DISPATCH(b8_tile_narrow_unsigned, b8_tile_narrow_body, B8_VNNI_UNSIGNED)
 #undef B8_TILE_DISPATCH
 #undef B8_TILE_ARGS
 #undef B8_TILE_PASS
@@ -964,12 +973,20 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   /* A segment's bytes that the filter weighs (the rest of seg_len has zero weights). */
   const int32_t seg_real = per_tap ? in_c : per_row ? k_w * in_c : contiguous ? k_h * k_w * in_c : depth;
   const int32_t weight_range = weight_sums[padded_c];
+  /* The VNNI builds gather the contiguous patches of signed inputs as a + 128 (their filters are
+   * never packed shifted): the tiles take them as unsigned inputs, the accumulators start from
+   * the bias less 128 x the weight sums, and neither the offset form's xor per pixel and step
+   * nor the shifted form's sum per pixel remains (ResNet-18's 7x7 stem on 3 channels 1.03x faster with
+   * AVX-512 VNNI, 1.09x with AVX-VNNI). */
+  const int flip_patches = (B8_USE_AVX512VNNI || B8_USE_AVXVNNI) && contiguous && !input_nonnegative;
+  const __m256i patch_flip = _mm256_set1_epi8(flip_patches ? (char)0x80 : 0);
 #if B8_USE_AVX512VNNI
   /* Weights packed shifted (b8_tile_body) take a term per pixel; unshifted ones on signed inputs
    * the offset a + 128. */
   const int shifted = weight_range == B8_WEIGHTS_SHIFTED;
   const int32_t shift = shifted ? 128 : 0;
   const int offset = !shifted && !input_nonnegative;
+  const int nonnegative = input_nonnegative || flip_patches;
 #else
   /* Filters packed shifted take b8_tile's shifted form; signed inputs the offset form where the
    * weights are 7-bit, else the corrected form where the channel blocks repay the split of each
@@ -983,7 +1000,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   const int offset = !input_nonnegative && weight_range != B8_WEIGHTS_SHIFTED &&
                      (B8_USE_AVXVNNI || (weight_range == B8_WEIGHTS_7BIT && depth <= (1 << 15)));
   const b8_sign_form form = weight_range == B8_WEIGHTS_SHIFTED ? B8_FORM_SHIFTED
-                            : input_nonnegative ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
+                            : input_nonnegative || flip_patches ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
                             : blocks > 3 || blocks * depth >= 128 ? B8_FORM_CORRECTED : B8_FORM_SIGN;
   /* Never with AVX-VNNI (its tiles of 6 pixels have no corrected or pair form, and its scratch
    * no split patches): a constant there, so that that code is not even compiled in. */
@@ -1039,7 +1056,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           if ((copy_rows ? b8_round_up(row_len, 32) : row_len) <= input_end - last_row) {
             if (copy_rows) {
               int8_t* patch = scratch + (int64_t)t * B8_TILE_PIXELS * patch_stride;
-              b8_copy_tile_rows(first_row, step, row_stride, k_h, row_len, patch, patch_stride);
+              b8_copy_tile_rows(first_row, step, row_stride, k_h, row_len, patch_flip, patch, patch_stride);
               for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) tile_segment[0][p] = patch + p * patch_stride;
             } else
               for (int32_t ky = 0; ky < k_h; ++ky)
@@ -1092,9 +1109,11 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
             if (copy_rows && ix0 >= 0 && ix0 + k_w <= in_w && iy0 >= 0 &&
                 iy0 + last_row_offset < input_dims->h &&
                 b8_round_up(row_len, 32) <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c))
-              b8_copy_rows(first_row, row_stride, k_h, row_len, patch); /* the window inside the input */
-            else
-              b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
+              b8_copy_rows(first_row, row_stride, k_h, row_len, patch_flip, patch); /* the window inside the input */
+            else if (b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch), flip_patches)
+              for (int32_t i = 0; i < depth; i += 32) /* within patch_stride: depth + 32 */
+                _mm256_storeu_si256((__m256i*)(patch + i),
+                                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(patch + i)), patch_flip));
             for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = patch + s * seg_len;
           }
         }
@@ -1163,14 +1182,16 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
          * pace of the multiplications. */
         const int8_t* prefetch = per_tap ? w + (int64_t)(4 + t) * B8_TILE_CHANNELS * depth / 4 : w;
 #define B8_VNNI_TILE(tile) \
-  tile(segment[t], segments, seg_len, w, input_nonnegative, pixel_terms[t], start + oc0, acc, fused ? &e : NULL, \
-       out + oc0, out_c, count, prefetch)
+  tile(segment[t], segments, seg_len, w, pixel_terms[t], start + oc0, acc, fused ? &e : NULL, out + oc0, out_c, \
+       count, prefetch)
         if (channels <= 16) {
           if (shifted) B8_VNNI_TILE(b8_tile_narrow_shifted);
-          else B8_VNNI_TILE(b8_tile_narrow);
+          else if (nonnegative) B8_VNNI_TILE(b8_tile_narrow_unsigned);
+          else B8_VNNI_TILE(b8_tile_narrow_offset);
         } else {
           if (shifted) B8_VNNI_TILE(b8_tile_shifted);
-          else B8_VNNI_TILE(b8_tile);
+          else if (nonnegative) B8_VNNI_TILE(b8_tile_unsigned);
+          else B8_VNNI_TILE(b8_tile_offset);
         }
 #undef B8_VNNI_TILE
 #else
@@ -1594,7 +1615,8 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_conv_params* conv, const b8_dims* 
      * stem on 3 channels, 64 of them, ran 0.91x shifted; 3x3 layers of 64-512 channels
      * 1.01-1.04x). */
     const int dpbusd = B8_USE_AVX512VNNI || B8_USE_AVXVNNI;
-    const int shifted = dpbusd ? blocks * depth >= B8_VNNI_SHIFTED_MIN : narrow && blocks > 3 && depth >= 64;
+    const int shifted = dpbusd ? blocks * depth >= B8_VNNI_SHIFTED_MIN && !b8_patch_contiguous(filter_dims)
+                               : narrow && blocks > 3 && depth >= 64;
     sums[blocks * t] = shifted ? B8_WEIGHTS_SHIFTED : narrow ? B8_WEIGHTS_7BIT : 0;
     const int32_t shift = !shifted ? 0 : dpbusd ? 128 : 64;
     memset(packed, 0, (size_t)blocks * t * depth);
