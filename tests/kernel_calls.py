@@ -264,6 +264,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         for first in range(begin, end, tile_pixels):
             tiles += 1
             paths.add("whole pixel tile" if end - first >= tile_pixels else "partial pixel tile")
+            if end - first == 1 and variant in ("avx512vnni", "avxvnni"):
+                paths.add("one-pixel tile")  # its own loop, four steps at a time
         if per_tap:
             # Every tap read in place (the pad value's bytes outside the input), tiles in chunks.
             paths |= {"per tap"} if end > begin else set()

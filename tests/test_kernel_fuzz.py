@@ -91,12 +91,14 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # Per build: AVX2's and AVX-VNNI's 3x3 stride-1 layers by Winograd (kernel_calls._winograd_conv2d_paths,
 # AVX-VNNI's only where the filter is made once per call); AVX-VNNI
 # shifts the weights or offsets signed inputs (never takes them as they are), VNNI also has narrow
-# tiles and 32-channel epilogues; both offset gathered patches of signed inputs as they gather them.
+# tiles and 32-channel epilogues; both offset gathered patches of signed inputs as they gather them
+# and have a tile of one pixel.
 WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
                   "four-tile group"}
 VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"filter per tile block"},
-                 "avxvnni": {"shifted weights", "signed offset", "signed patch offset"} | WINOGRAD_PATHS,
-                 "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset"}}
+                 "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile"} | WINOGRAD_PATHS,
+                 "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
+                                "one-pixel tile"}}
 # The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),
 # and the VNNI tiles of its shorter patches.
 AMX_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",

@@ -130,17 +130,17 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
 AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
 # The paths of each SIMD build's convolution beyond SIMD_PATHS: AVX-VNNI's shifted weights or
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles; in both, the
-# gathered patches of signed inputs offset as they are gathered.
+# gathered patches of signed inputs offset as they are gathered, and a tile of one pixel.
 # AVX2 and AVX-VNNI: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths;
 # with AVX-VNNI never a filter made per block of tiles).
 WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
                   "filter per tile block", "four-tile group"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
-                        "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "epilogue fused x16",
-                                    "epilogue fused clamped"}
+                        "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile",
+                                    "epilogue fused x16", "epilogue fused clamped"}
                         | WINOGRAD_PATHS - {"filter per tile block"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
-                                       "epilogue fused x16",
+                                       "one-pixel tile", "epilogue fused x16",
                                        "epilogue fused clamped"}}
 # The AMX build's convolution on patches of 32 bytes or more (kernel_calls._amx_conv2d_paths):
 # its own groups of pixels and blocks of channels, patches read in place, copied or gathered.
