@@ -206,11 +206,18 @@ static int32_t b8_patch_stride(const b8_dims* filter_dims) {
   return b8_patch_depth(filter_dims) + (b8_patch_contiguous(filter_dims) ? 32 : 0);
 }
 
-/* The tiles whose patches the scratch holds: a chunk's for contiguous patches, which are all
- * gathered before the first is read (read right after its copy, a step straddling two rows'
- * stores waits for them to reach the cache), else one. */
+/* Whether the tiles read every kernel tap in place (b8_conv2d_s8_avx2): input channels a multiple
+ * of 4, few taps, weights of more than B8_CHUNK_WEIGHT_BYTES. */
+static int b8_reads_per_tap(const b8_dims* filter_dims) {
+  return filter_dims->c % 4 == 0 && filter_dims->h * filter_dims->w <= B8_MAX_SEGMENTS &&
+         (int64_t)b8_round_up(filter_dims->n, B8_TILE_CHANNELS) * b8_patch_depth(filter_dims) > B8_CHUNK_WEIGHT_BYTES;
+}
+
+/* The tiles whose patches the scratch holds: a chunk's (contiguous patches are all gathered before
+ * the first is read: read right after its copy, a step straddling two rows' stores waits for them
+ * to reach the cache), none where every tap is read in place. */
 static int32_t b8_gathered_tiles(const b8_dims* filter_dims) {
-  return b8_patch_contiguous(filter_dims) ? B8_CHUNK_TILES : 1;
+  return b8_reads_per_tap(filter_dims) ? 0 : B8_CHUNK_TILES;
 }
 
 /* The vector output stage, 8 channels at a time, of `count` pixels x `channels` (a multiple of 8)
@@ -999,13 +1006,15 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    *    the run's end, where the weights are zero) for windows inside the input horizontally unless
    *    that read would pass the end of the input;
    *  - else a patch gathered into scratch.
-   * Tiles located per tap come in chunks of B8_CHUNK_TILES, and each channel block runs over a
-   * whole chunk: its weights are then read from memory once per chunk rather than once per tile
-   * (a 3x3 convolution on 512 channels has 2.4 MB of them, more than a core's L2 cache). */
+   * Tiles come in chunks of B8_CHUNK_TILES, and each channel block runs over a whole chunk: its
+   * weights are then fetched once per chunk rather than once per tile, from memory where they
+   * exceed L2 (a 3x3 convolution on 512 channels has 2.4 MB of them), from L2 where a block's fit
+   * in L1 (36 KB per 32 channels on 128: ResNet-18's 28x28 layers 1.07x faster with AVX-512
+   * VNNI), and the block's set-up (its epilogue's constants) serves the chunk (MobileNetV2's 1x1
+   * layers on 16-32 channels: 1.2-1.3x with VNNI, 1.1x with AVX2). */
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
   const int8_t* input_end = input + (int64_t)input_dims->n * image_size;
-  const int per_tap = in_c % 4 == 0 && k_h * k_w <= B8_MAX_SEGMENTS &&
-                      (int64_t)b8_round_up(out_c, B8_TILE_CHANNELS) * depth > B8_CHUNK_WEIGHT_BYTES;
+  const int per_tap = b8_reads_per_tap(filter_dims);
   const int per_row = !per_tap && !contiguous && conv->dilation_w == 1 && k_h <= B8_MAX_SEGMENTS;
   const int copy_rows = contiguous && conv->dilation_w == 1; /* b8_copy_rows where windows are inside */
   const int32_t segments = per_tap ? k_h * k_w : per_row ? k_h : 1;
@@ -1014,10 +1023,6 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * pixel p, whatever its coordinates (in_c a multiple of 4: no read past the input). */
   const int pointwise = k_h == 1 && k_w == 1 && conv->stride_h == 1 && conv->stride_w == 1 && conv->pad_top == 0 &&
                         conv->pad_left == 0 && input_dims->h == out_h && input_dims->w == out_w && in_c % 4 == 0;
-  /* Pointwise tiles come in chunks too, so that each channel block's set-up (its epilogue's
-   * constants, the loop over blocks) serves several tiles: MobileNetV2's 1x1 layers on 16-32
-   * channels ran 1.2-1.3x faster with VNNI, 1.1x with AVX2. */
-  const int32_t chunk_tiles = per_tap || pointwise ? B8_CHUNK_TILES : b8_gathered_tiles(filter_dims);
   const int32_t last_row_offset = (k_h - 1) * conv->dilation_h; /* of a window's last row, in input rows */
   const int64_t row_stride = (int64_t)conv->dilation_h * in_w * in_c;
   const int8_t* segment[B8_CHUNK_TILES][B8_MAX_SEGMENTS][B8_TILE_PIXELS];
@@ -1086,9 +1091,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * divided out per pixel (the divisions cost as much as the arithmetic of a small-patch tile). */
   int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
   const int8_t* image = input + begin / out_w / out_h * image_size;
-  for (int64_t chunk = begin; chunk < end; chunk += (int64_t)chunk_tiles * B8_TILE_PIXELS) {
-    const int64_t chunk_end = end - chunk < (int64_t)chunk_tiles * B8_TILE_PIXELS
-                                  ? end : chunk + (int64_t)chunk_tiles * B8_TILE_PIXELS;
+  for (int64_t chunk = begin; chunk < end; chunk += (int64_t)B8_CHUNK_TILES * B8_TILE_PIXELS) {
+    const int64_t chunk_end = end - chunk < (int64_t)B8_CHUNK_TILES * B8_TILE_PIXELS
+                                  ? end : chunk + (int64_t)B8_CHUNK_TILES * B8_TILE_PIXELS;
     const int32_t tiles = (int32_t)((chunk_end - chunk + B8_TILE_PIXELS - 1) / B8_TILE_PIXELS);
     for (int32_t t = 0; t < tiles; ++t) {
       const int8_t* (*tile_segment)[B8_TILE_PIXELS] = segment[t];
