@@ -2,6 +2,66 @@
 #include "byoc_int8.h"
 #include "internal.h"
 
+#if B8_USE_AVX2
+/* The SIMD maxima of one window, 64 (AVX-512) / 32 (AVX2) channels at a time: over its in-bounds
+ * taps, from the lowest code. AVX-512 masks the last block; AVX2 leaves the last c % 32 channels
+ * to the caller's loop, and returns the channels done. */
+static int32_t b8_max_window(const b8_pool_params* pool, const int8_t* image, int32_t in_h, int32_t in_w, int32_t c,
+                             int32_t y0, int32_t x0, int8_t* out) {
+  int32_t ch = 0;
+#if B8_USE_AVX512VNNI
+  for (; ch < c; ch += 64) {
+    const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
+    __m512i best = _mm512_set1_epi8(INT8_MIN);
+#else
+  for (; ch + 32 <= c; ch += 32) {
+    __m256i best = _mm256_set1_epi8(INT8_MIN);
+#endif
+    for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
+      const int32_t iy = y0 + ky * pool->dilation_h;
+      if (iy < 0 || iy >= in_h) continue;
+      for (int32_t kx = 0; kx < pool->kernel_w; ++kx) {
+        const int32_t ix = x0 + kx * pool->dilation_w;
+        if (ix < 0 || ix >= in_w) continue;
+        const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c + ch;
+#if B8_USE_AVX512VNNI
+        best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, pixel));
+#else
+        best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)pixel));
+#endif
+      }
+    }
+#if B8_USE_AVX512VNNI
+    _mm512_mask_storeu_epi8(out + ch, mask, best);
+#else
+    _mm256_storeu_si256((__m256i*)(out + ch), best);
+#endif
+  }
+  return ch;
+}
+
+/* b8_max_window for a window inside the input: its `count` taps at first + taps[t], no test per
+ * tap (ResNet-18's 3x3 pool 1.5x faster with AVX-512, 1.7x with AVX2). */
+static int32_t b8_max_inside(const int8_t* first, const int64_t* taps, int32_t count, int32_t c, int8_t* out) {
+  int32_t ch = 0;
+#if B8_USE_AVX512VNNI
+  for (; ch < c; ch += 64) {
+    const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
+    __m512i best = _mm512_maskz_loadu_epi8(mask, first + ch);
+    for (int32_t t = 1; t < count; ++t) best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, first + taps[t] + ch));
+    _mm512_mask_storeu_epi8(out + ch, mask, best);
+  }
+#else
+  for (; ch + 32 <= c; ch += 32) {
+    __m256i best = _mm256_loadu_si256((const __m256i*)(first + ch));
+    for (int32_t t = 1; t < count; ++t) best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)(first + taps[t] + ch)));
+    _mm256_storeu_si256((__m256i*)(out + ch), best);
+  }
+#endif
+  return ch;
+}
+#endif
+
 B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* input_dims,
                                   const int8_t* input, const b8_dims* output_dims,
                                   int8_t* output, const b8_pixels* pixels) {
@@ -16,6 +76,16 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
   if (begin >= end) return B8_OK;
   const int32_t out_w = output_dims->w, out_h = output_dims->h;
   const int64_t image_size = (int64_t)in_h * in_w * c;
+#if B8_USE_AVX2
+  /* The taps' offsets from a window's first, for the windows inside the input (kernels of up to
+   * 64 taps; larger ones take b8_max_window everywhere). */
+  enum { B8_POOL_TAPS = 64 };
+  int64_t taps[B8_POOL_TAPS];
+  const int32_t tap_count = pool->kernel_h * pool->kernel_w <= B8_POOL_TAPS ? pool->kernel_h * pool->kernel_w : 0;
+  for (int32_t t = 0; t < tap_count; ++t)
+    taps[t] = ((int64_t)(t / pool->kernel_w) * pool->dilation_h * in_w + t % pool->kernel_w * pool->dilation_w) * c;
+  const int32_t last_y = (pool->kernel_h - 1) * pool->dilation_h, last_x = (pool->kernel_w - 1) * pool->dilation_w;
+#endif
   /* The pixel's coordinates are stepped along, not divided out per pixel (ResNet-18's max pool,
    * one Zen 4 core: 1.06x with AVX-512, 1.15x with AVX2). */
   int32_t ox = (int32_t)(begin % out_w), oy = (int32_t)(begin / out_w % out_h);
@@ -27,36 +97,10 @@ B8_API b8_status b8_max_pool2d_s8(const b8_pool_params* pool, const b8_dims* inp
     int8_t* out = output + index * c;
     int32_t ch = 0;
 #if B8_USE_AVX2
-    /* 64 (AVX-512) / 32 (AVX2) channels at a time, the running maximum in a register over the
-     * taps; AVX-512 masks the last block, AVX2 leaves the rest to the loop below. */
-#if B8_USE_AVX512VNNI
-    for (; ch < c; ch += 64) {
-      const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
-      __m512i best = _mm512_set1_epi8(INT8_MIN);
-#else
-    for (; ch + 32 <= c; ch += 32) {
-      __m256i best = _mm256_set1_epi8(INT8_MIN);
-#endif
-      for (int32_t ky = 0; ky < pool->kernel_h; ++ky) {
-        const int32_t iy = y0 + ky * pool->dilation_h;
-        if (iy < 0 || iy >= in_h) continue;
-        for (int32_t kx = 0; kx < pool->kernel_w; ++kx) {
-          const int32_t ix = x0 + kx * pool->dilation_w;
-          if (ix < 0 || ix >= in_w) continue;
-          const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c + ch;
-#if B8_USE_AVX512VNNI
-          best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, pixel));
-#else
-          best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)pixel));
-#endif
-        }
-      }
-#if B8_USE_AVX512VNNI
-      _mm512_mask_storeu_epi8(out + ch, mask, best);
-#else
-      _mm256_storeu_si256((__m256i*)(out + ch), best);
-#endif
-    }
+    if (tap_count && y0 >= 0 && y0 + last_y < in_h && x0 >= 0 && x0 + last_x < in_w)
+      ch = b8_max_inside(image + ((int64_t)y0 * in_w + x0) * c, taps, tap_count, c, out);
+    else
+      ch = b8_max_window(pool, image, in_h, in_w, c, y0, x0, out);
 #endif
     for (int32_t k = ch; k < c; ++k) out[k] = INT8_MIN;
     for (int32_t ky = 0; ky < pool->kernel_h && ch < c; ++ky) {
