@@ -466,6 +466,20 @@ def test_boundary_conversions(kernels, seed):
     assert kernel_calls.run(kernels, "quantize", {**case, "x": x, "nchw": False})[0] == 1  # refused
 
 
+@pytest.mark.parametrize("scale, halves", [(0.0173, 140), (0.00931, 255), (1.5 * 2.0**126, 2)])
+def test_rgb_quantize_near_ties(kernels, scale, halves):
+    """RGB rows (their SIMD path in layout_s8.c) at ties and one float either side of them, for
+    scales whose reciprocal is inexact (x / scale and x times 1 / scale then round apart near
+    ties) or subnormal (1.5 x 2^126): bit for bit the reference's division."""
+    rng = np.random.default_rng(11)
+    ties = ((rng.integers(-halves, halves, (2, 3, 3, 40)) + 0.5) * scale).astype(np.float32)
+    x = np.stack([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf))], 1)
+    x = np.ascontiguousarray(x.reshape(6, 3, 3, 40))
+    case = {"x": x, "nchw": True, "scale": scale, "zero_point": int(rng.integers(-20, 20))}
+    out = assert_matches(kernels, "quantize", case)
+    assert len(np.unique(out)) > 3  # codes across the range, not one clamp
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_rgb_boundary_conversion(kernels, seed):
     """Images of 3 channels, which the SIMD builds convert 16 pixels at a time in registers: rows
