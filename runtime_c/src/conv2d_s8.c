@@ -392,10 +392,10 @@ enum { B8_VNNI_SHIFTED, B8_VNNI_OFFSET, B8_VNNI_UNSIGNED };
  * [depth / 4][32][4]: two 512-bit vectors of 16 channels x 4 bytes per step, reused by all the
  * pixels (up to 16 accumulators of the 32 registers). Shifted weights (w + 128) start the
  * accumulators from the bias plus the pixel's term, -128 x the sum of its patch (terms[p]);
- * unshifted ones from the bias (less 128 x the weight sums for inputs offset by 128). Each pixel's patch is read as `segments` runs of `run` bytes:
- * segment[s][p] is pixel p's run s. With `e`, the tile requantizes its accumulators in registers
- * and writes the `count` pixels' 32 channels to out (rows `stride` bytes apart); else it stores
- * them in acc. */
+ * unshifted ones from the bias (less 128 x the weight sums for inputs offset by 128). Each
+ * pixel's patch is read as `segments` runs of `run` bytes: segment[s][p] is pixel p's run s.
+ * With `e`, the tile requantizes its accumulators in registers and writes the `count` pixels' 32
+ * channels to out (rows `stride` bytes apart); else it stores them in acc. */
 B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
                             const int8_t* w, const int32_t* terms, const int32_t* bias,
                             int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
@@ -436,7 +436,7 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
   if (pixels == 1) {
     /* One pixel (a 7x7 output's 49th): its two accumulators alone would make two chains of
      * vpdpbusd, one step per latency; four steps at a time go to four pairs of them, summed at the
-     * end (the last tile of a 7x7 layer on 512 channels took 0.6 of a whole tile's time, now 0.2). */
+     * end (ResNet-18's 7x7 layers on 512 channels 1.02x, its 256 -> 512 stride-2 ones 1.03x). */
     a10 = a11 = a20 = a21 = a30 = a31 = _mm512_setzero_si512();
 #define B8_ONE(acc0, acc1, kk, wk)                                                                 \
   do {                                                                                            \
@@ -1009,7 +1009,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * Tiles come in chunks of B8_CHUNK_TILES, and each channel block runs over a whole chunk: its
    * weights are then fetched once per chunk rather than once per tile, from memory where they
    * exceed L2 (a 3x3 convolution on 512 channels has 2.4 MB of them), from L2 where a block's fit
-   * in L1 (36 KB per 32 channels on 128: ResNet-18's 28x28 layers 1.07x faster with AVX-512
+   * in L1 (36 KB per 32 channels on 128: ResNet-18's 28x28 layers 1.06x faster with AVX-512
    * VNNI), and the block's set-up (its epilogue's constants) serves the chunk (MobileNetV2's 1x1
    * layers on 16-32 channels: 1.2-1.3x with VNNI, 1.1x with AVX2). */
   const int32_t k_h = filter_dims->h, k_w = filter_dims->w, in_c = input_dims->c, in_w = input_dims->w;
@@ -1037,8 +1037,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   /* The VNNI builds gather the contiguous patches of signed inputs as a + 128 (their filters are
    * never packed shifted): the tiles take them as unsigned inputs, the accumulators start from
    * the bias less 128 x the weight sums, and neither the offset form's xor per pixel and step
-   * nor the shifted form's sum per pixel remains (ResNet-18's 7x7 stem on 3 channels 1.03x faster with
-   * AVX-512 VNNI, 1.09x with AVX-VNNI). */
+   * nor the shifted form's sum per pixel remains (ResNet-18's 7x7 stem on 3 channels 1.03x
+   * faster with AVX-512 VNNI, 1.09x with AVX-VNNI). */
   const int flip_patches = (B8_USE_AVX512VNNI || B8_USE_AVXVNNI) && contiguous && !input_nonnegative;
   const __m256i patch_flip = _mm256_set1_epi8(flip_patches ? (char)0x80 : 0);
 #if B8_USE_AVX512VNNI
@@ -1171,10 +1171,12 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                 iy0 + last_row_offset < input_dims->h &&
                 b8_round_up(row_len, 32) <= input_end - (first_row + (int64_t)last_row_offset * in_w * in_c))
               b8_copy_rows(first_row, row_stride, k_h, row_len, patch_flip, patch); /* the window inside the input */
-            else if (b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch), flip_patches)
-              for (int32_t i = 0; i < depth; i += 32) /* within patch_stride: depth + 32 */
+            else {
+              b8_gather_patch(conv, input_dims, image, filter_dims, oy, ox, 0, row_len, patch);
+              for (int32_t i = 0; flip_patches && i < depth; i += 32) /* within patch_stride: depth + 32 */
                 _mm256_storeu_si256((__m256i*)(patch + i),
                                     _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(patch + i)), patch_flip));
+            }
             for (int32_t s = 0; s < segments; ++s) tile_segment[s][p] = patch + s * seg_len;
           }
         }

@@ -48,13 +48,15 @@ static int32_t b8_max_inside(const int8_t* first, const int64_t* taps, int32_t c
   for (; ch < c; ch += 64) {
     const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
     __m512i best = _mm512_maskz_loadu_epi8(mask, first + ch);
-    for (int32_t t = 1; t < count; ++t) best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, first + taps[t] + ch));
+    for (int32_t t = 1; t < count; ++t)
+      best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, first + taps[t] + ch));
     _mm512_mask_storeu_epi8(out + ch, mask, best);
   }
 #else
   for (; ch + 32 <= c; ch += 32) {
     __m256i best = _mm256_loadu_si256((const __m256i*)(first + ch));
-    for (int32_t t = 1; t < count; ++t) best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)(first + taps[t] + ch)));
+    for (int32_t t = 1; t < count; ++t)
+      best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)(first + taps[t] + ch)));
     _mm256_storeu_si256((__m256i*)(out + ch), best);
   }
 #endif
