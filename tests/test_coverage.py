@@ -13,9 +13,11 @@ from byoc_int8.pipeline import compile_model, evaluate
 
 
 def check_all_int8(model, input_shape, calib_count=16, eval_count=3, min_cosine=0.999):
+    """Compiled for input_shape's batch, every op int8 in one region, bit-exact with the golden
+    reference and close to float."""
     rng = np.random.default_rng(0)
     calib = rng.standard_normal((calib_count, *input_shape[1:])).astype(np.float32)
-    compiled = compile_model(model.eval(), calib)
+    compiled = compile_model(model.eval(), calib, example_inputs=(torch.from_numpy(calib[: input_shape[0]]),))
     report = evaluate(compiled, model, rng.standard_normal((eval_count, *input_shape[1:])).astype(np.float32), latency_runs=1)
     assert report["host_ops"] == [], report["host_ops"]
     assert report["ops_offloaded"] == report["ops_total"] and report["regions"] == 1
@@ -179,9 +181,22 @@ class OddAdd(nn.Module):
         return torch.relu(self.a(x) + self.b(x))
 
 
+class WideDense(nn.Module):
+    """A fully connected layer of 520 x 260 = 135200 MACs per image, past the size from which the
+    adapter splits one (B8_DENSE_SPLIT_MACS): over its units for one image, over the images of a
+    batch where the region runs them together (its pad is not an image-by-image op)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(520, 260)
+
+    def forward(self, x):
+        return self.fc(nn.functional.pad(x, (0, 4)))
+
+
 def test_work_split_over_threads_covers_odd_sizes():
-    """Adds and convolutions whose sizes do not divide among the pool's threads stay bit-exact:
-    no element is skipped or written twice. Run in a fresh process with TVM_NUM_THREADS=2,
+    """Adds, convolutions and fully connected layers whose sizes do not divide among the pool's
+    threads stay bit-exact: no element is skipped or written twice. Run in a fresh process with TVM_NUM_THREADS=2,
     whatever the test command's environment says (TVM sizes its pool once per process; left to
     itself it may pick one thread), and that process checks that TVM's pool has two threads, so
     that every parallel launch of the generated code (num_task 0: one task per pool thread) ran
@@ -195,6 +210,8 @@ def test_work_split_over_threads_covers_odd_sizes():
         "import torch, tvm, test_coverage\n"
         "torch.manual_seed(0)  # the weights the seeded fixture gives in-process\n"
         "test_coverage.check_all_int8(test_coverage.OddAdd(), (1, 3, 3, 45))\n"
+        "test_coverage.check_all_int8(test_coverage.WideDense(), (1, 516))  # units 130 + 130\n"
+        "test_coverage.check_all_int8(test_coverage.WideDense(), (3, 516))  # images 2 + 1\n"
         "threads = tvm.get_global_func('runtime.NumThreads')()\n"
         "assert threads == 2, f'TVM runs {threads} thread(s)'\n"
     )

@@ -406,7 +406,8 @@ class RegionEmitter:
             else:
                 units, depth = p["weight"].shape
                 batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
-                self._call(index, f"b8_dense_s8(&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst})")
+                self.body.append(f"    const b8_dense_job job = {{&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst}}};")
+                self._call(index, "b8_model_dense(&job)")
         elif qn.op == "dense":  # a .tflite model's FULLY_CONNECTED: TFLite's double-precision output stage
             units, depth = p["weight"].shape
             batches = math.prod(self.g.shapes[n.inputs[0]]) // depth

@@ -2,8 +2,8 @@
  * What a generated model needs beyond the kernels of byoc_int8.h.
  *
  * byoc_int8's code generator writes each model as plain C99: its constants, one planned arena,
- * and a sequence of kernel calls. The kernels it may split over threads (convolution, add, max
- * pool, concatenation, the float input's quantization) and the preparation of convolution
+ * and a sequence of kernel calls. The kernels it may split over threads (convolution, fully
+ * connected, add, max pool, concatenation, the float input's quantization) and the preparation of convolution
  * filters go through the functions below, which have two implementations:
  *  - runtime_c/model/serial.c: one thread, no heap, the portable kernels (the standalone C
  *    export, e.g. for firmware);
@@ -38,6 +38,15 @@ typedef struct {
   int8_t* output;
   int32_t input_nonnegative, depthwise;
 } b8_conv_job;
+
+/* One fully connected layer (b8_dense_s8's arguments). */
+typedef struct {
+  const b8_requant_params* quant;
+  int32_t batches, depth, units;
+  const int8_t *input, *weights;
+  const int32_t* bias;
+  int8_t* output;
+} b8_dense_job;
 
 /* One elementwise add of two tensors of `size` elements: b8_add_s8, or where `table` is not NULL
  * b8_pair_lut_s8 with that table of the same add's every result (for large tensors on hosts). */
@@ -80,6 +89,7 @@ typedef struct {
 /* `scratch`: b8_conv2d_s8_scratch_size(conv, filter_dims) bytes of the portable kernels, from the
  * model's arena (an implementation with other kernels may use its own). */
 B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch);
+B8_API b8_status b8_model_dense(const b8_dense_job* job);
 B8_API b8_status b8_model_add(const b8_add_job* job);
 B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job);
 B8_API b8_status b8_model_concat(const b8_concat_job* job);

@@ -21,6 +21,11 @@ B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch) {
                       job->filter_dims, job->filter, job->bias, job->output_dims, job->output, &pixels, scratch);
 }
 
+B8_API b8_status b8_model_dense(const b8_dense_job* job) {
+  return b8_dense_s8(job->quant, job->batches, job->depth, job->units, job->input, job->weights, job->bias,
+                     job->output);
+}
+
 B8_API b8_status b8_model_add(const b8_add_job* job) {
   if (job->table) return b8_pair_lut_s8(job->size, job->table, job->input1, job->input2, job->output);
   return b8_add_s8(job->params, job->size, job->input1, job->input2, job->output);
