@@ -3,8 +3,8 @@
  *
  * byoc_int8's code generator writes each model as plain C99: its constants, one planned arena,
  * and a sequence of kernel calls. The kernels it may split over threads (convolution, fully
- * connected, add, max pool, concatenation, the float input's quantization) and the preparation of convolution
- * filters go through the functions below, which have two implementations:
+ * connected, add, max pool, concatenation, the float input's quantization) and the preparation
+ * of convolution filters go through the functions below, which have two implementations:
  *  - runtime_c/model/serial.c: one thread, no heap, the portable kernels (the standalone C
  *    export, e.g. for firmware);
  *  - runtime_c/tvm/tvm_adapter.c: TVM's thread pool, and filters packed once for the SIMD
