@@ -196,11 +196,11 @@ class WideDense(nn.Module):
 
 def test_work_split_over_threads_covers_odd_sizes():
     """Adds, convolutions and fully connected layers whose sizes do not divide among the pool's
-    threads stay bit-exact: no element is skipped or written twice. Run in a fresh process with TVM_NUM_THREADS=2,
-    whatever the test command's environment says (TVM sizes its pool once per process; left to
-    itself it may pick one thread), and that process checks that TVM's pool has two threads, so
-    that every parallel launch of the generated code (num_task 0: one task per pool thread) ran
-    two tasks."""
+    threads stay bit-exact: no element is skipped or written twice. Run in a fresh process with
+    TVM_NUM_THREADS=2, whatever the test command's environment says (TVM sizes its pool once per
+    process; left to itself it may pick one thread), and that process checks that TVM's pool has
+    two threads, so that every parallel launch of the generated code (num_task 0: one task per
+    pool thread) ran two tasks."""
     import os
     import subprocess
     import sys
