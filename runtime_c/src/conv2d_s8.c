@@ -636,13 +636,8 @@ static void b8_patch_terms(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t seg
       }
     }
   }
-  for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) {
-    const __m256i sum = _mm256_add_epi32(sums[p], more[p]);
-    __m128i half = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0x4E));
-    half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0xB1));
-    terms[p] = -shift * _mm_cvtsi128_si32(half); /* within int32 for patches of up to 2^15 bytes */
-  }
+  for (int32_t p = 0; p < B8_TILE_PIXELS; ++p) /* within int32 for patches of up to 2^15 bytes */
+    terms[p] = -shift * b8_sum_x8(_mm256_add_epi32(sums[p], more[p]));
 }
 #else
 /* Splits x[0 .. n) (n a multiple of 4, no byte past it read) into |a| (magnitude) and the mask of

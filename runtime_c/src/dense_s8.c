@@ -25,10 +25,7 @@ static int32_t b8_dense_accumulator(const int8_t* row, const int8_t* w, int32_t 
     const __m256i y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(w + k)));
     sum8 = _mm256_add_epi32(sum8, _mm256_madd_epi16(x, y));
   }
-  __m128i half = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
-  half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0x4E));
-  half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0xB1));
-  acc += _mm_cvtsi128_si32(half);
+  acc += b8_sum_x8(sum8);
 #endif
   for (; k < depth; ++k) acc += (int32_t)row[k] * (int32_t)w[k];
   return acc;

@@ -309,6 +309,14 @@ B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256
 }
 #endif
 
+/* The sum of 8 int32 lanes. */
+B8_INLINE int32_t b8_sum_x8(__m256i v) {
+  __m128i half = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0x4E));
+  half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0xB1));
+  return _mm_cvtsi128_si32(half);
+}
+
 /* 8 int8 values widened to int32 lanes. */
 B8_INLINE __m256i b8_load_s8x8(const int8_t* in) {
   int64_t bytes;
