@@ -5,10 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+import kernel_calls
 
-import kernel_calls  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_build_runs(kernel_build):
