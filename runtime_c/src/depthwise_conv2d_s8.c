@@ -4,7 +4,7 @@
  * multiplier 1 the AVX2 / AVX-512 builds vectorize it over channels, 8 / 16 int32 lanes of exact
  * products (b8_depthwise_run; the AVX-512 VNNI build sums the interior of 3x3 kernels with
  * vpdpbusd, three taps per lane). MobileNet's 3x3 kernels (stride 1 or 2 across) go first to the
- * wide blocks, on the rows inside the input (b8_depthwise_wide: 64 channels by vpdpbusd with
+ * wide blocks, every row (b8_depthwise_wide: 64 channels by vpdpbusd with
  * AVX-512 VNNI, 16 by vpmaddwd with AVX2, the columns built by unpacks). Other multipliers,
  * and fewer than 8 channels with AVX2, run the portable loop.
  */
@@ -45,32 +45,42 @@ static void b8_depthwise_conv2d_s8_portable(const b8_conv_params* conv, const b8
 }
 
 #if B8_USE_AVX2
-/* The wide blocks' pixels [begin, end) for the channels from c0, on the output rows whose kernel
- * rows all lie inside the input (the others are b8_depthwise_run's). Each build defines
+/* The wide blocks' pixels [begin, end) for the channels from c0. Each build defines
  * B8_DW_LOAD_COLUMN(p0, p1, p2, v), the column of rows p0, p1, p2 into v, and
- * B8_DW_PIXEL(v0, v1, v2), one pixel from its three columns stored at o; a column outside the
- * input is pad_column. Along a row, the three column sets ca, cb, cc change roles from pixel to
- * pixel (no copies: copying them cost AVX2 a third of its speed, having too few registers to
- * hold them). */
+ * B8_DW_PIXEL(v0, v1, v2), one pixel from its three columns stored at o, and fills pad (one
+ * column of pad_value bytes) and pad_column (its columns). A column outside the input is
+ * pad_column; a kernel row outside it reads pad at every column (row[k] = pad, keep[k] = 0: its
+ * offsets masked off), so that the rows at the top and bottom edges run here too (before, the
+ * per-tap loop of b8_depthwise_run took them at a third of the speed: MobileNetV2's 7x7 layers
+ * spent half their time on 2 of their 7 rows). Along a row, the three column sets ca, cb, cc
+ * change roles from pixel to pixel (no copies: copying them cost AVX2 a third of its speed,
+ * having too few registers to hold them). */
 #define B8_DW_COLUMNS(ix, v)                                                                             \
   do {                                                                                                   \
-    if ((ix) >= 0 && (ix) < in_w)                                                                        \
-      B8_DW_LOAD_COLUMN(r0 + (int64_t)(ix) * c, r1 + (int64_t)(ix) * c, r2 + (int64_t)(ix) * c, v);      \
-    else                                                                                                 \
-      memcpy(v, pad_column, sizeof(pad_column));                                                         \
+    if ((ix) >= 0 && (ix) < in_w) {                                                                      \
+      const int64_t offset = (int64_t)(ix) * c;                                                          \
+      B8_DW_LOAD_COLUMN(row[0] + (offset & keep[0]), row[1] + (offset & keep[1]), row[2] + (offset & keep[2]), v); \
+    } else {                                                                                             \
+      memcpy(v, pad_column, sizeof(pad_column));                                                        \
+    }                                                                                                    \
   } while (0)
 #define B8_DW_ROWS(ca, cb, cc)                                                                           \
   for (int64_t first = begin; first < end;) {                                                            \
-    const int64_t row = first / out_w;                                                                   \
-    const int32_t ox_begin = (int32_t)(first - row * out_w);                                             \
-    const int32_t ox_end = end - row * out_w < out_w ? (int32_t)(end - row * out_w) : out_w;             \
-    const int32_t iy0 = (int32_t)(row % out_h) * conv->stride_h - conv->pad_top;                         \
-    first = row * out_w + ox_end;                                                                        \
-    if (iy0 < 0 || iy0 + 2 * dh >= in_h) continue;                                                       \
-    const int8_t* r0 = input + row / out_h * image_size + (int64_t)iy0 * row_stride + c0;                \
-    const int8_t* r1 = r0 + dh * row_stride;                                                             \
-    const int8_t* r2 = r1 + dh * row_stride;                                                             \
-    int8_t* o = output + (row * out_w + ox_begin) * c + c0;                                              \
+    const int64_t out_row = first / out_w;                                                               \
+    const int32_t ox_begin = (int32_t)(first - out_row * out_w);                                         \
+    const int32_t ox_end = end - out_row * out_w < out_w ? (int32_t)(end - out_row * out_w) : out_w;     \
+    const int32_t iy0 = (int32_t)(out_row % out_h) * conv->stride_h - conv->pad_top;                     \
+    const int8_t* image = input + out_row / out_h * image_size;                                          \
+    first = out_row * out_w + ox_end;                                                                    \
+    const int8_t* row[3];                                                                                \
+    int64_t keep[3];                                                                                     \
+    for (int32_t k = 0; k < 3; ++k) {                                                                    \
+      const int32_t iy = iy0 + k * dh;                                                                   \
+      const int inside = iy >= 0 && iy < in_h;                                                           \
+      row[k] = inside ? image + (int64_t)iy * row_stride + c0 : pad;                                     \
+      keep[k] = inside ? -1 : 0;                                                                         \
+    }                                                                                                    \
+    int8_t* o = output + (out_row * out_w + ox_begin) * c + c0;                                          \
     B8_DW_ROW(ca, cb, cc);                                                                               \
   }
 /* One row's pixels ox_begin .. ox_end - 1 (stride sw of 1 or 2), o the first one's output. */
@@ -201,10 +211,9 @@ B8_INLINE void b8_dw_transpose64(const int32_t* values, int32_t lanes, __m512i o
 }
 
 /* Output pixels [begin, end) in wide blocks from channel 0, while more than 32 channels remain and
- * the block's shifts are <= 0, on the output rows whose kernel rows all lie inside the input
- * (3x3 kernels, stride 1 or 2 across, no dilation across; columns outside the input read
- * pad_value). Each block's weights and output stage are prepared once for all its rows. Returns
- * the channels done (a multiple of 64); b8_depthwise_run does the rest, and the other rows. */
+ * the block's shifts are <= 0 (3x3 kernels, stride 1 or 2 across, no dilation across; rows and
+ * columns outside the input read pad_value). Each block's weights and output stage are prepared once for all its rows. Returns
+ * the channels done (a multiple of 64); b8_depthwise_run does the rest. */
 static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
                                  const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
                                  const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
@@ -455,8 +464,8 @@ B8_INLINE void b8_depthwise_run(const b8_conv_params* conv, const b8_requant_par
   block.lo = b8_dw_set1(quant->act_min);
   block.hi = b8_dw_set1(quant->act_max);
   block.zero_point = b8_dw_set1(quant->output_zero_point);
-  /* (the first wide_channels of rows with every kernel row inside are b8_depthwise_wide's) */
-  for (int32_t c0 = all_rows ? wide_channels : 0; c0 < c; c0 += B8_DW_LANES) {
+  /* (the first wide_channels are b8_depthwise_wide's) */
+  for (int32_t c0 = wide_channels; c0 < c; c0 += B8_DW_LANES) {
 #if B8_USE_AVX512VNNI
     block.oc = c0;
     block.lanes = c - c0 < B8_DW_LANES ? c - c0 : B8_DW_LANES;
