@@ -76,20 +76,24 @@ def expected_calls(q) -> list[tuple[str, str, float]]:
 
 def fold_images(records: list[tuple[str, int]], qgraphs: dict) -> list[tuple[str, int]]:
     """One run's log with each region's calls summed per node: a region of a batch whose images
-    never mix runs its calls once per image (byoc_int8.codegen.emit_c.split_images)."""
+    never mix runs its calls once per image, then its head's once (byoc_int8.codegen.emit_c.image_parts)."""
+    from byoc_int8.codegen.emit_c import image_parts
+
     folded, i = [], 0
     while i < len(records):
         symbol = records[i][0]
         if symbol not in qgraphs:
             raise SystemExit(f"unexpected record {symbol!r} at {i}")
         end = next((j for j in range(i + 1, len(records)) if records[j][0] == "region_total"), None)
-        nodes = len(expected_calls(qgraphs[symbol]))
-        if end is None or not nodes or (end - i - 1) % nodes:
+        parts = image_parts(qgraphs[symbol])
+        images, per_image, head = (1, qgraphs[symbol], None) if parts is None else parts
+        nodes, once = len(expected_calls(per_image)), len(expected_calls(head)) if head else 0
+        if end is None or not nodes or end - i - 1 != images * nodes + once:
             raise SystemExit(f"region {symbol}: {len(records) if end is None else end - i - 1} calls logged "
-                             f"for {nodes} nodes")
+                             f"for {images} x {nodes} + {once} calls")
         calls = records[i + 1:end]
-        folded += [records[i], *((calls[j][0], sum(t for _, t in calls[j::nodes])) for j in range(nodes)),
-                   records[end]]
+        folded += [records[i], *((calls[j][0], sum(t for _, t in calls[j:images * nodes:nodes])) for j in range(nodes)),
+                   *calls[images * nodes:], records[end]]
         i = end + 1
     return folded
 

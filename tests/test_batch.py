@@ -71,9 +71,19 @@ def test_a_batch_runs_image_by_image_where_images_never_mix():
     images, one = emit_c.split_images(qgraph)
     assert images == 4 and all(shape[0] == 1 for shape in one.graph.shapes.values())
     assert [q.op for q in one.nodes] == [q.op for q in qgraph.nodes]
-    assert f"{symbol}_image(image_inputs" in emit_c.emit_module([(symbol, qgraph)], simd="portable").model_c
+    model_c = emit_c.emit_module([(symbol, qgraph)], simd="portable").model_c
+    assert f"{symbol}_image(image_inputs" in model_c
+    # The classifier runs once on the 4 images' features (the flatten's output), after the loop.
+    cut, features = emit_c.batched_head(qgraph)
+    assert qgraph.nodes[cut].op == "dense" and qgraph.nodes[cut].node.inputs == [features]
+    assert qgraph.graph.shapes[features] == (4, 128)
+    assert f"{symbol}_head(features, outputs" in model_c
     report = evaluate(batched, model, calibration[:8], latency_runs=1, layers=[])
     assert report["bit_exact"] and report["batch"] == 4
+    # A head that reads anything else made before it (here the input too) runs per image.
+    two_reads = dataclasses.replace(qgraph, nodes=qgraph.nodes[:cut] + [dataclasses.replace(
+        qgraph.nodes[cut], node=dataclasses.replace(qgraph.nodes[cut].node, inputs=[features, 0]))])
+    assert emit_c.batched_head(two_reads) is None
 
     mixed = dataclasses.replace(qgraph, graph=dataclasses.replace(
         qgraph.graph, shapes={**qgraph.graph.shapes, qgraph.graph.outputs[0]: (1, 20)}))

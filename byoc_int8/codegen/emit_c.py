@@ -26,7 +26,7 @@ import numpy as np
 from .. import qarith, reference
 from ..quantize import QGraph, QNode
 from ..layout import storage_shape
-from ..memory import MemoryPlan, plan_arena
+from ..memory import MemoryPlan, aligned, plan_arena
 
 RUNTIME_C = Path(__file__).resolve().parents[2] / "runtime_c"
 KERNEL_FILES = ["conv2d_s8.c", "conv2d_winograd_s8.c", "depthwise_conv2d_s8.c", "pool_s8.c", "elementwise_s8.c", "dense_s8.c", "layout_s8.c"]
@@ -242,6 +242,45 @@ def split_images(qgraph: QGraph) -> tuple[int, QGraph] | None:
         nodes.append(dataclasses.replace(q, params=params))
     graph = dataclasses.replace(g, shapes={v: (1, *shape[1:]) for v, shape in g.shapes.items()})
     return n, dataclasses.replace(qgraph, graph=graph, nodes=nodes)
+
+
+def batched_head(qgraph: QGraph) -> tuple[int, int] | None:
+    """Where a region run image by image (split_images) may hand over to a head run once on the
+    whole batch: (the index of its first dense layer, the features), when every node from there on
+    reads, besides what those nodes make, one value made before it (the features) and together
+    they make every output. The head's weights are then read once per run, not once per image (a
+    classifier's are megabytes, out of cache by the time each image reaches them). None where
+    there is no such point."""
+    nodes, g = qgraph.nodes, qgraph.graph
+    cut = next((i for i, q in enumerate(nodes) if q.op == "dense"), None)
+    if cut is None:
+        return None
+    made = {q.node.output for q in nodes[cut:]}
+    read = {v for q in nodes[cut:] for v in q.node.inputs} - made
+    if len(read) != 1 or read <= set(g.inputs) or not set(g.outputs) <= made:
+        return None
+    features = read.pop()
+    # flat (N, features): handed over as they lie, no layout to convert
+    return (cut, features) if len(g.shapes[features]) == 2 else None
+
+
+def image_parts(qgraph: QGraph) -> tuple[int, QGraph, QGraph | None] | None:
+    """(N, the part run once per image, the head run once on the batch or None) of a region of N
+    images that never mix (split_images, batched_head); None for a region run whole. The per-image
+    part's output is then the features (int8), the head's input the batch's."""
+    split = split_images(qgraph)
+    if split is None:
+        return None
+    images, one = split
+    head = batched_head(qgraph)
+    if head is None:
+        return images, one, None
+    cut, features = head
+    trunk = dataclasses.replace(one, nodes=one.nodes[:cut], graph=dataclasses.replace(
+        one.graph, outputs=[features], output_dtypes=["int8"]))
+    rest = dataclasses.replace(qgraph, nodes=qgraph.nodes[cut:], graph=dataclasses.replace(
+        qgraph.graph, inputs=[features], input_dtypes=["int8"]))
+    return images, trunk, rest
 
 
 def scratch_bytes(qgraph: QGraph) -> int:
@@ -543,25 +582,44 @@ class RegionEmitter:
         node or input in ``*where``). With `int8_io`, float interface tensors are passed as int8
         codes in their quantization instead (the standalone ``model_run_int8``).
 
-        For TVM, a region of N images that never mix (:func:`split_images`) becomes
-        ``<symbol>_image`` for one image and a ``<symbol>_run`` that calls it per image; the
+        For TVM, a region of N images that never mix (:func:`image_parts`) becomes
+        ``<symbol>_image`` for one image and a ``<symbol>_run`` that calls it per image, then
+        ``<symbol>_head`` once on the batch where it has one; the
         standalone C keeps whole-batch layers (its golden vectors and layer hook see each layer
         once)."""
-        split = split_images(self.q) if self.target == "tvm" else None
+        parts = image_parts(self.q) if self.target == "tvm" else None
+        if not parts:
+            self._emit_run(f"{self.symbol}_run")
+            self.arena_size = self.plan.size
+            return self._code()
+        images, trunk, head = parts
         whole = self.q
-        if split:
-            self.q, self.g = split[1], split[1].graph
         try:
-            code = self._emit_run(f"{self.symbol}_image" if split else f"{self.symbol}_run")
+            self.q, self.g = trunk, trunk.graph
+            self._emit_run(f"{self.symbol}_image")
+            arena = aligned(self.plan.size)
+            if head:
+                self.q, self.g = head, head.graph
+                self._emit_run(f"{self.symbol}_head", first_index=len(trunk.nodes))
+                arena = max(arena, aligned(self.plan.size))
         finally:
             self.q, self.g = whole, whole.graph
-        if split:
-            code += "\n" + self._image_loop(split[0])
-        return code
+        # The features of every image lie after both functions' arenas.
+        features = head.graph.inputs[0] if head else None
+        self.arena_size = arena + (math.prod(whole.graph.shapes[features]) if head else 0)
+        self.body.append(self._image_loop(images, features, arena))
+        return self._code()
 
-    def _image_loop(self, images: int) -> str:
+    def _code(self) -> str:
+        header = c_safe(f"---- region {self.symbol}: {len(self.q.nodes)} int8 kernels, arena {self.arena_size} bytes ----",
+                        "comment")
+        return "\n".join([f"// {header}"] + self.consts + [""] + self.body)
+
+    def _image_loop(self, images: int, features: int | None, features_offset: int) -> str:
         """``<symbol>_run`` for `images` images: ``<symbol>_image`` on each one's slice of every
-        interface tensor (float ones are int8 codes with int8_io)."""
+        interface tensor (float ones are int8 codes with int8_io); with a head (`features`, see
+        batched_head), each image's features into the arena at `features_offset`, then
+        ``<symbol>_head`` on all of them."""
         def slices(values: list[int], dtypes: list[str], array: str, const: str) -> str:
             parts = []
             for i, (v, dtype) in enumerate(zip(values, dtypes)):
@@ -574,24 +632,31 @@ class RegionEmitter:
         in_dtypes = [self.g.input_dtype(i) for i in range(n_in)]
         out_dtypes = [self.g.output_dtype(i) for i in range(n_out)]
         sym = self.symbol
+        if features is None:
+            image_outputs, head = f"{{{slices(self.g.outputs, out_dtypes, 'outputs', '')}}}", []
+        else:
+            per_image = math.prod(self.g.shapes[features]) // images
+            image_outputs = f"{{arena + {features_offset} + (int64_t)image * {per_image}}}"
+            head = [f"  const void* const features[1] = {{arena + {features_offset}}};",
+                    f"  return {sym}_head(features, outputs, arena, int8_io, where);"]
         return "\n".join([
             f"/* {images} images one after another: each runs its layers while its activations are in cache. */",
             f"static int {sym}_run(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, "
             "int32_t* where) {",
             f"  for (int32_t image = 0; image < {images}; ++image) {{",
             f"    const void* const image_inputs[{n_in}] = {{{slices(self.g.inputs, in_dtypes, 'inputs', 'const ')}}};",
-            f"    void* const image_outputs[{n_out}] = {{{slices(self.g.outputs, out_dtypes, 'outputs', '')}}};",
+            f"    void* const image_outputs[{1 if features is not None else n_out}] = {image_outputs};",
             f"    const int status = {sym}_image(image_inputs, image_outputs, arena, int8_io, where);",
             "    if (status != B8_MODEL_OK) return status;",
             "  }",
-            "  (void)int8_io;",
-            "  return B8_MODEL_OK;",
+            *(head or ["  (void)int8_io;", "  return B8_MODEL_OK;"]),
             "}",
             "",
         ])
 
-    def _emit_run(self, name: str) -> str:
-        """The run function `name` of self.q (see emit)."""
+    def _emit_run(self, name: str, first_index: int = 0) -> None:
+        """The run function `name` of self.q (see emit), whose first node is the region's
+        `first_index`th, into self.body (its constants into self.consts)."""
         self.plan = plan = plan_memory(self.q, scratch_bytes(self.q))
         self.body.append(f"static int {name}(const void* const* inputs, void* const* outputs, int8_t* arena, "
                          "int32_t int8_io, int32_t* where) {")
@@ -611,7 +676,7 @@ class RegionEmitter:
                 f"    if (b8_model_quantize(&job) != B8_OK) {self._fail('B8_MODEL_NONFINITE_INPUT', i)}",
                 "  }",
             ]
-        for index, qn in enumerate(self.q.nodes):
+        for index, qn in enumerate(self.q.nodes, first_index):
             self._node(index, qn, plan)
         for i, v in enumerate(self.g.outputs):
             if self.g.output_dtype(i) == "int8":
@@ -630,8 +695,6 @@ class RegionEmitter:
             ]
         self.body += ["  (void)where;", "  (void)int8_io; /* unread when every interface tensor is int8 */",
                       "  return B8_MODEL_OK;", "}", ""]
-        header = c_safe(f"---- region {self.symbol}: {len(self.q.nodes)} int8 kernels, arena {plan.size} bytes ----", "comment")
-        return "\n".join([f"// {header}"] + self.consts + [""] + self.body)
 
     def tvm_entry(self) -> str:
         """The region's description for the TVM adapter and its ``__tvm_ffi_<symbol>`` entry."""
@@ -648,7 +711,7 @@ class RegionEmitter:
             f"static const int32_t {sym}_is_int8[] = {{{_c_ints([d == 'int8' for d in dtypes])}}};",
             f"static const char* const {sym}_labels[] = {{{labels}}};",
             f"static const b8_region {sym}_region = {{{c_safe(sym, 'string')}, {c_safe(self.simd, 'string')}, {n_in}, "
-            f"{n_out}, {sym}_ndim, {sym}_shapes, {sym}_is_int8, {self.plan.size}, {len(self.labels)}, {sym}_labels, "
+            f"{n_out}, {sym}_ndim, {sym}_shapes, {sym}_is_int8, {self.arena_size}, {len(self.labels)}, {sym}_labels, "
             f"{sym}_run}};",
             f'__attribute__((visibility("default"))) int __tvm_ffi_{sym}(void* self, const TVMFFIAny* args, int32_t num_args, '
             "TVMFFIAny* result) {",
