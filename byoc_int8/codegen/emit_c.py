@@ -604,7 +604,8 @@ class RegionEmitter:
                 arena = max(arena, aligned(self.plan.size))
         finally:
             self.q, self.g = whole, whole.graph
-        # The features of every image lie after both functions' arenas.
+        # Each image's own arena is the first `arena` bytes (the head's too, after the images); the
+        # features of every image lie after them.
         features = head.graph.inputs[0] if head else None
         self.arena_size = arena + (math.prod(whole.graph.shapes[features]) if head else 0)
         self.body.append(self._image_loop(images, features, arena))
@@ -615,17 +616,19 @@ class RegionEmitter:
                         "comment")
         return "\n".join([f"// {header}"] + self.consts + [""] + self.body)
 
-    def _image_loop(self, images: int, features: int | None, features_offset: int) -> str:
-        """``<symbol>_run`` for `images` images: ``<symbol>_image`` on each one's slice of every
-        interface tensor (float ones are int8 codes with int8_io); with a head (`features`, see
-        batched_head), each image's features into the arena at `features_offset`, then
-        ``<symbol>_head`` on all of them."""
+    def _image_loop(self, images: int, features: int | None, image_arena: int) -> str:
+        """``<symbol>_run`` for `images` images: ``<symbol>_one`` runs ``<symbol>_image`` on one
+        image's slice of every interface tensor (float ones are int8 codes with int8_io), or with a
+        head (`features`, see batched_head) writes the image's features after the arena's first
+        `image_arena` bytes; b8_model_images runs it on every image (as many at a time as TVM's
+        pool has threads, each in its own arena of `image_arena` bytes); then ``<symbol>_head``
+        runs on all the features."""
         def slices(values: list[int], dtypes: list[str], array: str, const: str) -> str:
             parts = []
             for i, (v, dtype) in enumerate(zip(values, dtypes)):
                 per_image = math.prod(self.g.shapes[v]) // images
-                width = "1" if dtype == "int8" else "(int8_io ? 1 : 4)"
-                parts.append(f"({const}int8_t*){array}[{i}] + (int64_t)image * {per_image} * {width}")
+                width = "1" if dtype == "int8" else "(batch->int8_io ? 1 : 4)"
+                parts.append(f"({const}int8_t*)batch->{array}[{i}] + (int64_t)image * {per_image} * {width}")
             return ", ".join(parts)
 
         n_in, n_out = len(self.g.inputs), len(self.g.outputs)
@@ -633,23 +636,28 @@ class RegionEmitter:
         out_dtypes = [self.g.output_dtype(i) for i in range(n_out)]
         sym = self.symbol
         if features is None:
-            image_outputs, head = f"{{{slices(self.g.outputs, out_dtypes, 'outputs', '')}}}", []
+            image_outputs, features_at = f"{slices(self.g.outputs, out_dtypes, 'outputs', '')}", "NULL"
+            head = ["  return b8_model_images(" f"{images}, {sym}_one, &batch, arena, {image_arena}, where);"]
         else:
             per_image = math.prod(self.g.shapes[features]) // images
-            image_outputs = f"{{arena + {features_offset} + (int64_t)image * {per_image}}}"
-            head = [f"  const void* const features[1] = {{arena + {features_offset}}};",
+            image_outputs, features_at = f"batch->features + (int64_t)image * {per_image}", f"arena + {image_arena}"
+            head = [f"  const int status = b8_model_images({images}, {sym}_one, &batch, arena, {image_arena}, where);",
+                    "  if (status != B8_MODEL_OK) return status;",
+                    f"  const void* const features[1] = {{arena + {image_arena}}};",
                     f"  return {sym}_head(features, outputs, arena, int8_io, where);"]
         return "\n".join([
-            f"/* {images} images one after another: each runs its layers while its activations are in cache. */",
+            f"/* One of {images} images: its layers while its activations are in cache. */",
+            f"static int {sym}_one(const void* context, int32_t image, int8_t* arena, int32_t* where) {{",
+            "  const b8_batch_args* batch = (const b8_batch_args*)context;",
+            f"  const void* const image_inputs[{n_in}] = {{{slices(self.g.inputs, in_dtypes, 'inputs', 'const ')}}};",
+            f"  void* const image_outputs[{1 if features is not None else n_out}] = {{{image_outputs}}};",
+            f"  return {sym}_image(image_inputs, image_outputs, arena, batch->int8_io, where);",
+            "}",
+            "",
             f"static int {sym}_run(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, "
             "int32_t* where) {",
-            f"  for (int32_t image = 0; image < {images}; ++image) {{",
-            f"    const void* const image_inputs[{n_in}] = {{{slices(self.g.inputs, in_dtypes, 'inputs', 'const ')}}};",
-            f"    void* const image_outputs[{1 if features is not None else n_out}] = {image_outputs};",
-            f"    const int status = {sym}_image(image_inputs, image_outputs, arena, int8_io, where);",
-            "    if (status != B8_MODEL_OK) return status;",
-            "  }",
-            *(head or ["  (void)int8_io;", "  return B8_MODEL_OK;"]),
+            f"  const b8_batch_args batch = {{inputs, outputs, {features_at}, int8_io}};",
+            *head,
             "}",
             "",
         ])

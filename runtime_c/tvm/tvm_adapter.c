@@ -51,6 +51,20 @@ B8_API const int8_t* b8_model_filter(const b8_conv_params* conv, const b8_dims* 
   return fresh;
 }
 
+/* Set while a task of b8_model_images runs its images: each kernel then runs on that task's
+ * thread alone, the pool's threads being busy with the other images (TVM's pool does not nest
+ * launches). */
+static __thread int b8_in_images_task;
+
+/* A kernel's tasks over TVM's pool, or its one task inline within an images task. */
+static int b8_launch(FTVMParallelLambda task, void* job) {
+  if (b8_in_images_task) {
+    TVMParallelGroupEnv env = {NULL, 1};
+    return task(0, &env, job);
+  }
+  return TVMBackendParallelLaunch(task, job, 0);
+}
+
 /* The share of `total` output pixels (or rows) for one task: shares differ by at most one. The
  * kernels take any share (the convolution's last tile of a share computes only its own pixels):
  * a 7x7 output splits 25 + 24, where whole 8-pixel tiles made 32 + 17. */
@@ -125,7 +139,7 @@ static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
 
 B8_API b8_status b8_model_conv(const b8_conv_job* job, int8_t* scratch) {
   (void)scratch;
-  return TVMBackendParallelLaunch(b8_conv_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+  return b8_launch(b8_conv_task, (void*)job) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 /* A fully connected layer split over its images (where a region runs a batch's together), or for
@@ -157,7 +171,7 @@ B8_API b8_status b8_model_dense(const b8_dense_job* job) {
   if ((int64_t)job->batches * job->units * job->depth < B8_DENSE_SPLIT_MACS)
     return b8_dense_s8(job->quant, job->batches, job->depth, job->units, job->input, job->weights, job->bias,
                        job->output);
-  return TVMBackendParallelLaunch(b8_dense_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+  return b8_launch(b8_dense_task, (void*)job) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 /* An add, split in chunks of whole cache lines. */
@@ -174,7 +188,7 @@ static int b8_add_task(int task_id, TVMParallelGroupEnv* env, void* data) {
 }
 
 B8_API b8_status b8_model_add(const b8_add_job* job) {
-  return TVMBackendParallelLaunch(b8_add_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+  return b8_launch(b8_add_task, (void*)job) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
@@ -186,7 +200,7 @@ static int b8_max_pool_task(int task_id, TVMParallelGroupEnv* env, void* data) {
 }
 
 B8_API b8_status b8_model_max_pool(const b8_max_pool_job* job) {
-  return TVMBackendParallelLaunch(b8_max_pool_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+  return b8_launch(b8_max_pool_task, (void*)job) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 /* A concatenation split over its rows: each task rescales whole rows of every input. */
@@ -218,7 +232,7 @@ B8_API b8_status b8_model_concat(const b8_concat_job* job) {
   if (bytes < B8_CONCAT_SPLIT_BYTES || job->num_inputs > B8_CONCAT_SPLIT_INPUTS || job->outer < 2)
     return b8_concat_s8(job->num_inputs, job->inputs, job->inner, job->multiplier, job->shift, job->zero_points,
                         job->output_zero_point, job->outer, job->output);
-  return TVMBackendParallelLaunch(b8_concat_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+  return b8_launch(b8_concat_task, (void*)job) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 /* The float input's conversion, split over image rows: with TFLite's rounding it divides every
@@ -237,7 +251,7 @@ static int b8_quantize_task(int task_id, TVMParallelGroupEnv* env, void* data) {
 B8_API b8_status b8_model_quantize(const b8_quantize_job* job) {
   if (!job->dims || job->size < B8_QUANTIZE_SPLIT_ELEMENTS || job->dims->n * job->dims->h < 2)
     return b8_quantize_f32(job->scale, job->zero_point, job->dims, job->size, job->input, job->output);
-  return TVMBackendParallelLaunch(b8_quantize_task, (void*)job, 0) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
+  return b8_launch(b8_quantize_task, (void*)job) == 0 ? B8_OK : B8_ERROR_ARGUMENT;
 }
 
 /* The DLTensor behind an argument, which arrives as a raw DLTensor pointer or a Tensor object. */
@@ -333,6 +347,64 @@ __attribute__((visibility("default"))) int32_t b8_profile_read(const char** name
 }
 
 #endif /* B8_PROFILE */
+
+/* b8_model_images: the images [0, whole) split over the pool's tasks, each with its own arena;
+ * the first error to be seen is kept (any image's: the errors name a node or an input). */
+typedef struct {
+  b8_image_call call;
+  const void* context;
+  int32_t images, whole; /* whole: a multiple of the tasks, set by the tasks */
+  int64_t arena_bytes;
+  int8_t* arena; /* task 0's; the others allocate theirs */
+  int status;
+  int32_t where;
+} b8_images_job;
+
+static int b8_images_task(int task_id, TVMParallelGroupEnv* env, void* data) {
+  b8_images_job* job = (b8_images_job*)data;
+  const int32_t whole = job->images - job->images % env->num_task;
+  if (task_id == 0) job->whole = whole;
+  const b8_pixels share = b8_task_share(task_id, env->num_task, whole);
+  if (share.begin >= share.end) return 0;
+  int8_t* arena = task_id == 0 ? job->arena : (int8_t*)aligned_alloc(64, (size_t)job->arena_bytes);
+  int status = arena ? B8_MODEL_OK : B8_MODEL_OUT_OF_MEMORY;
+  int32_t where = 0;
+  b8_in_images_task = 1;
+  for (int32_t image = share.begin; status == B8_MODEL_OK && image < share.end; ++image)
+    status = job->call(job->context, image, arena, &where);
+  b8_in_images_task = 0;
+  if (task_id != 0) free(arena);
+  int ok = B8_MODEL_OK;
+  if (status != B8_MODEL_OK &&
+      __atomic_compare_exchange_n(&job->status, &ok, status, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    job->where = where; /* read after the launch has joined every task */
+  return 0;
+}
+
+int b8_model_images(int32_t images, b8_image_call call, const void* context, int8_t* arena, int64_t arena_bytes,
+                    int32_t* where) {
+  b8_images_job job = {call, context, images, 0, arena_bytes, arena, B8_MODEL_OK, 0};
+#if defined(B8_PROFILE) && B8_PROFILE
+  /* The profile's log is one sequence: the images one after another, each kernel over the pool. */
+  (void)b8_images_task;
+#else
+  if (images > 1 && TVMBackendParallelLaunch(b8_images_task, &job, 0) != 0) {
+    *where = -1;
+    return B8_MODEL_KERNEL_ERROR;
+  }
+  if (job.status != B8_MODEL_OK) {
+    *where = job.where;
+    return job.status;
+  }
+#endif
+  /* The images left over (fewer than the tasks), or all of them on one thread: one at a time,
+   * each kernel split over the pool. */
+  for (int32_t image = job.whole; image < images; ++image) {
+    const int status = call(context, image, arena, where);
+    if (status != B8_MODEL_OK) return status;
+  }
+  return B8_MODEL_OK;
+}
 
 int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {
 #if defined(B8_PROFILE) && B8_PROFILE

@@ -24,6 +24,26 @@ typedef struct {
   int (*run)(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, int32_t* where);
 } b8_region;
 
+/* What a region's code hands b8_model_images for its b8_image_call: the region's arguments, and
+ * where each image's features go (a head then runs on them all; NULL without one). */
+typedef struct {
+  const void* const* inputs;
+  void* const* outputs;
+  int8_t* features;
+  int32_t int8_io;
+} b8_batch_args;
+
+/* One image of a batch run image by image: B8_MODEL_OK or a B8_MODEL_* error, `where` as for
+ * b8_region.run; `arena` is the image's own. */
+typedef int (*b8_image_call)(const void* context, int32_t image, int8_t* arena, int32_t* where);
+
+/* Runs images 0 .. images - 1 of a batch: as many at a time as TVM's pool has threads, each on one
+ * thread with its own arena of `arena_bytes` (the first in `arena`; its kernels unsplit), then the
+ * images left over one at a time, each kernel split over the pool. Images in flight at once never
+ * share memory: each writes only its own slices of the outputs. */
+int b8_model_images(int32_t images, b8_image_call call, const void* context, int8_t* arena, int64_t arena_bytes,
+                    int32_t* where);
+
 /* The body of every region's __tvm_ffi_<symbol>: checks the arguments (naming the region and the
  * argument in the error it raises), runs the region, and turns a B8_MODEL_* status into an error
  * naming the node. */
