@@ -53,7 +53,7 @@ def _regions(compiled) -> dict:
     return reference.quantized_regions(compiled.module)
 
 
-def test_a_batch_runs_image_by_image_where_images_never_mix():
+def test_a_batch_runs_image_by_image_where_images_never_mix(monkeypatch):
     """A region of N images that never mix runs as N one-image runs (each image's activations stay
     in cache) and gives the batch's results bit for bit; a region whose values do not all lead with
     the N images, or with an op not known to keep them apart, keeps whole-batch layers."""
@@ -73,16 +73,21 @@ def test_a_batch_runs_image_by_image_where_images_never_mix():
     assert [q.op for q in one.nodes] == [q.op for q in qgraph.nodes]
     model_c = emit_c.emit_module([(symbol, qgraph)], simd="portable").model_c
     assert f"{symbol}_image(image_inputs" in model_c
-    # The classifier runs once on the 4 images' features (the flatten's output), after the loop.
-    cut, features = emit_c.batched_head(qgraph)
-    assert qgraph.nodes[cut].op == "dense" and qgraph.nodes[cut].node.inputs == [features]
-    assert qgraph.graph.shapes[features] == (4, 128)
+    # Only the first convolution runs per image: from its output on, every value of the 4 images
+    # fits in HEAD_BATCH_BYTES, and the rest (the pool, the second convolution, the classifier) runs
+    # once on the batch, reading the 4 images' features (4-D, as they lie) after the loop.
+    assert [q.op for q in qgraph.nodes] == ["conv2d", "max_pool2d", "conv2d", "reshape", "dense"]
+    assert emit_c.batched_head(qgraph) == (1, qgraph.nodes[0].node.output)
     assert f"{symbol}_head(features, outputs" in model_c
     report = evaluate(batched, model, calibration[:8], latency_runs=1, layers=[])
     assert report["bit_exact"] and report["batch"] == 4
-    # A head that reads anything else made before it (here the input too) runs per image.
-    two_reads = dataclasses.replace(qgraph, nodes=qgraph.nodes[:cut] + [dataclasses.replace(
-        qgraph.nodes[cut], node=dataclasses.replace(qgraph.nodes[cut].node, inputs=[features, 0]))])
+    # Where the batch's values outgrow the budget, the head shrinks to what fits (from the second
+    # convolution, on the pooled maps: 4 x 8 x 4 x 4 bytes in and out); a head that reads anything
+    # else made before it (here the input too) runs per image.
+    monkeypatch.setattr(emit_c, "HEAD_BATCH_BYTES", 512)
+    assert emit_c.batched_head(qgraph) == (2, qgraph.nodes[1].node.output)
+    two_reads = dataclasses.replace(qgraph, nodes=qgraph.nodes[:4] + [dataclasses.replace(
+        qgraph.nodes[4], node=dataclasses.replace(qgraph.nodes[4].node, inputs=[qgraph.nodes[3].node.output, 0]))])
     assert emit_c.batched_head(two_reads) is None
 
     mixed = dataclasses.replace(qgraph, graph=dataclasses.replace(
