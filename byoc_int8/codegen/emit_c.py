@@ -655,13 +655,14 @@ class RegionEmitter:
         in_dtypes = [self.g.input_dtype(i) for i in range(n_in)]
         out_dtypes = [self.g.output_dtype(i) for i in range(n_out)]
         sym = self.symbol
+        run_images = f"b8_model_images({images}, {sym}_one, &batch, arena, {image_arena}, where)"
         if features is None:
-            image_outputs, features_at = f"{slices(self.g.outputs, out_dtypes, 'outputs', '')}", "NULL"
-            head = ["  return b8_model_images(" f"{images}, {sym}_one, &batch, arena, {image_arena}, where);"]
+            image_outputs, features_at = slices(self.g.outputs, out_dtypes, "outputs", ""), "NULL"
+            tail = [f"  return {run_images};"]
         else:
             per_image = math.prod(self.g.shapes[features]) // images
             image_outputs, features_at = f"batch->features + (int64_t)image * {per_image}", f"arena + {image_arena}"
-            head = [f"  const int status = b8_model_images({images}, {sym}_one, &batch, arena, {image_arena}, where);",
+            tail = [f"  const int status = {run_images};",
                     "  if (status != B8_MODEL_OK) return status;",
                     f"  const void* const features[1] = {{arena + {image_arena}}};",
                     f"  return {sym}_head(features, outputs, arena, int8_io, where);"]
@@ -677,7 +678,7 @@ class RegionEmitter:
             f"static int {sym}_run(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, "
             "int32_t* where) {",
             f"  const b8_batch_args batch = {{inputs, outputs, {features_at}, int8_io}};",
-            *head,
+            *tail,
             "}",
             "",
         ])

@@ -397,7 +397,7 @@ int b8_model_images(int32_t images, b8_image_call call, const void* context, int
     return job.status;
   }
 #endif
-  /* The images left over (fewer than the tasks), or all of them on one thread: one at a time,
+  /* The images left over (fewer than the tasks; all of them in B8_PROFILE builds): one at a time,
    * each kernel split over the pool. */
   for (int32_t image = job.whole; image < images; ++image) {
     const int status = call(context, image, arena, where);
