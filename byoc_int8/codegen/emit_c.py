@@ -247,8 +247,8 @@ def split_images(qgraph: QGraph) -> tuple[int, QGraph] | None:
 # A batch's head runs whole where all its values at the batch's size fit in this many bytes (one
 # core's L2 on C): its weights are then read once per run, its activations stay in cache all the
 # same. At batch 8 on C, against a head of the classifier alone: ResNet-18 0.91-0.93x the time at
-# one thread (AVX2, AVX-VNNI builds), ResNet-50 0.94x, MobileNetV2 0.97-1.0x; 1 MiB gained less on
-# ResNet-50 (0.96x of it), 4 MiB took in MobileNetV2's 56x56 layers (1.06x slower).
+# one thread (AVX2, AVX-VNNI builds), ResNet-50 0.94x, MobileNetV2 0.97-1.0x; against 1 MiB, 2 MiB
+# took ResNet-50 0.96x the time, and 4 MiB took in MobileNetV2's 56x56 layers (1.06x slower).
 HEAD_BATCH_BYTES = 2 << 20
 
 
