@@ -4,8 +4,8 @@
  * multiplier 1 the AVX2 / AVX-512 builds vectorize it over channels, 8 / 16 int32 lanes of exact
  * products (b8_depthwise_run; the AVX-512 VNNI build sums the interior of 3x3 kernels with
  * vpdpbusd, three taps per lane). MobileNet's 3x3 kernels (stride 1 or 2 across) go first to the
- * wide blocks, every row (b8_depthwise_wide: 64 channels by vpdpbusd with
- * AVX-512 VNNI, 16 by vpmaddwd with AVX2, the columns built by unpacks). Other multipliers,
+ * wide blocks, every row of them (b8_depthwise_wide: 64 channels by vpdpbusd with AVX-512 VNNI,
+ * 16 by vpmaddwd with AVX2, the columns built by unpacks). Other multipliers,
  * and fewer than 8 channels with AVX2, run the portable loop.
  */
 #include "byoc_int8.h"
@@ -212,8 +212,9 @@ B8_INLINE void b8_dw_transpose64(const int32_t* values, int32_t lanes, __m512i o
 
 /* Output pixels [begin, end) in wide blocks from channel 0, while more than 32 channels remain and
  * the block's shifts are <= 0 (3x3 kernels, stride 1 or 2 across, no dilation across; rows and
- * columns outside the input read pad_value). Each block's weights and output stage are prepared once for all its rows. Returns
- * the channels done (a multiple of 64); b8_depthwise_run does the rest. */
+ * columns outside the input read pad_value). Each block's weights and output stage are prepared
+ * once for all its rows. Returns the channels done (a multiple of 64); b8_depthwise_run does the
+ * rest. */
 static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
                                  const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
                                  const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
