@@ -10,11 +10,11 @@
  * memory once per image (at batch 8, 2.7x ONNX Runtime's time per image). */
 enum { B8_DENSE_IMAGES = 2, B8_DENSE_UNITS = 4 };
 
-/* acc[i][j] = bias[unit j] + image i . unit j's weights, for the block's images (rows `depth` bytes
- * apart from `input`; inlined where it is a constant) and units (from `weights`); units past `units`
- * repeat the last one, so that the loops have fixed bounds (their sums are not used). Both operands are sign-extended to
- * int16 and multiplied in pairs (vpmaddwd; AVX-512 VNNI's vpdpwssd also adds): exact, and the
- * int32 sums are the scalar loop's in another order. */
+/* acc[i][j] = bias[unit j] + image i . unit j's weights, for `images` images (rows `depth` bytes
+ * apart from `input`; a constant where this is inlined) and 4 units from `weights` (those past
+ * `units` repeat the last one, so that the loops have fixed bounds; their sums are not used).
+ * Both operands are sign-extended to int16 and multiplied in pairs (vpmaddwd; AVX-512 VNNI's
+ * vpdpwssd also adds): exact, and the int32 sums are the scalar loop's in another order. */
 B8_INLINE void b8_dense_block(const int8_t* input, int32_t images, const int8_t* weights, int32_t units, int32_t depth,
                               const int32_t* bias, int32_t acc[B8_DENSE_IMAGES][B8_DENSE_UNITS]) {
   const int8_t *x[B8_DENSE_IMAGES], *w[B8_DENSE_UNITS];
