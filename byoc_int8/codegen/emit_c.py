@@ -262,7 +262,6 @@ def batched_head(qgraph: QGraph) -> tuple[int, int] | None:
     where there is no such point."""
     nodes, g = qgraph.nodes, qgraph.graph
     inputs, outputs = set(g.inputs), set(g.outputs)
-    size = lambda v: math.prod(g.shapes[v])  # noqa: E731
     made: set[int] = set()
     read: set[int] = set()
     weighted, largest = False, 0
@@ -272,7 +271,7 @@ def batched_head(qgraph: QGraph) -> tuple[int, int] | None:
         made.add(q.node.output)
         read.update(q.node.inputs)
         weighted |= q.op in ("conv2d", "dense")
-        largest = max(largest, size(q.node.output), *(size(v) for v in q.node.inputs))
+        largest = max(largest, *(math.prod(g.shapes[v]) for v in (q.node.output, *q.node.inputs)))
         if largest > HEAD_BATCH_BYTES:
             break
         crossing = read - made
@@ -626,9 +625,8 @@ class RegionEmitter:
             self.q, self.g = whole, whole.graph
         # Each image's own arena is the first `arena` bytes (the head's too, after the images); the
         # features of every image lie after them.
-        features = self.features
-        self.arena_size = arena + (math.prod(whole.graph.shapes[features]) if head else 0)
-        self.body.append(self._image_loop(images, features, arena))
+        self.arena_size = arena + (math.prod(whole.graph.shapes[self.features]) if head else 0)
+        self.body.append(self._image_loop(images, self.features, arena))
         return self._code()
 
     def _code(self) -> str:
