@@ -393,24 +393,29 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
 
 
 def winograd_suits(case: dict, variant: str = "avx2") -> bool:
-    """Whether the AVX2 or AVX-VNNI build convolves by Winograd's F(2x4, 3x3)
+    """Whether the AVX2 or AVX-VNNI build convolves by Winograd's F(4x4, 3x3) or F(2x4, 3x3)
     (conv2d_winograd_s8.c, b8_winograd_suits): groups 1, a 3x3 kernel, stride and dilation 1,
-    input channels a multiple of 16, at most 896; with AVX-VNNI only where U is made once per
-    call (at most 1 MB)."""
+    input channels a multiple of 16, at most 896; with AVX-VNNI only tiles of 4 rows where U is
+    made once per call (at most 1.25 MB)."""
     cout, kh, kw, cin = case["weight"].shape
     return (case["groups"] == 1 and (kh, kw) == (3, 3) and tuple(case["strides"]) == (1, 1)
             and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and cin <= 896
-            and (variant == "avx2" or _winograd_whole_u(cout, cin)))
+            and (variant == "avx2" or (winograd_rows(cin) == 4 and _winograd_whole_u(cout, cin))))
+
+
+def winograd_rows(cin: int) -> int:
+    """The Winograd tiles' output rows (b8_winograd_rows): 4 on up to 224 input channels, else 2."""
+    return 4 if cin <= 224 else 2
 
 
 def _winograd_whole_u(cout: int, cin: int) -> bool:
-    """U (24 positions x int16 per weight) made once per call: at most 1 MB."""
-    return 48 * -(-cout // 16) * 16 * cin <= 1024 * 1024
+    """U ((rows + 2) x 6 positions x int16 per weight) made once per call: at most 1.25 MB."""
+    return 2 * (winograd_rows(cin) + 2) * 6 * -(-cout // 16) * 16 * cin <= 1280 * 1024
 
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
     """conv2d_paths of the AVX2 and AVX-VNNI builds' Winograd path: its filter transformed once per
-    call, or per block of tiles where U passes 1 MB; the rows of 2 x 4 tiles that hold a call's
+    call, or per block of tiles where U passes 1.25 MB; the rows of 2 x 4 tiles that hold a call's
     pixels, in blocks of b8_winograd_block_tiles (several) and groups of 6 (the last of 4 where
     1-4 remain, filled with spare tiles where it is not full), tiles whose 4 x 6 input reads
     padding, tiles with pixels not written (past the output's last row or column, or outside the
@@ -421,28 +426,29 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
     oh, ow = case["out_hw"]
     top, left = case["padding"]
     whole_u = _winograd_whole_u(cout, cin)
-    block = min(48, max(6, (96 if whole_u else 480) * 1024 // (48 * cin) // 6 * 6))
-    tiles_w, tiles_h = -(-ow // 4), -(-oh // 2)
-    paths = {"winograd"} | (set() if whole_u else {"filter per tile block"})
+    rows = winograd_rows(cin)
+    block = min(48, max(6, (192 if whole_u else 480) * 1024 // (2 * (rows + 2) * 6 * cin) // 6 * 6))
+    tiles_w, tiles_h = -(-ow // 4), -(-oh // rows)
+    paths = {"winograd", f"winograd tiles of {rows} rows"} | (set() if whole_u else {"filter per tile block"})
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:
         begin, end = max(begin, 0), min(end, n * oh * ow)
         if begin >= end:
             continue
-        first_row = begin // (oh * ow) * tiles_h + begin % (oh * ow) // ow // 2
-        last_row = (end - 1) // (oh * ow) * tiles_h + (end - 1) % (oh * ow) // ow // 2
+        first_row = begin // (oh * ow) * tiles_h + begin % (oh * ow) // ow // rows
+        last_row = (end - 1) // (oh * ow) * tiles_h + (end - 1) % (oh * ow) // ow // rows
         tiles = (last_row - first_row + 1) * tiles_w
         paths |= {"several tile blocks"} if tiles > block else set()
         rest = tiles % block % 6  # the last group's tiles: 6, or 4 where 1-4 remain
         paths |= {"four-tile group"} if 1 <= rest <= 4 else set()
         paths |= {"spare tiles"} if rest in (1, 2, 3, 5) else set()
         ty = np.arange(first_row, last_row + 1) % tiles_h
-        rows_padded = (2 * ty - top < 0) | (2 * ty - top + 4 > h)
+        rows_padded = (rows * ty - top < 0) | (rows * ty - top + rows + 2 > h)
         columns_padded = (4 * np.arange(tiles_w) - left < 0) | (4 * np.arange(tiles_w) - left + 6 > w)
         paths |= {"padded tile"} if rows_padded.any() or columns_padded.any() else set()
         # A tile's pixels that are written: inside the output and the share.
-        row_start = first_row // tiles_h * oh * ow + 2 * (first_row % tiles_h) * ow
-        row_end = last_row // tiles_h * oh * ow + min(2 * (last_row % tiles_h) + 2, oh) * ow
-        paths |= {"tile partly written"} if oh % 2 or ow % 4 or row_start != begin or row_end != end else set()
+        row_start = first_row // tiles_h * oh * ow + rows * (first_row % tiles_h) * ow
+        row_end = last_row // tiles_h * oh * ow + min(rows * (last_row % tiles_h) + rows, oh) * ow
+        paths |= {"tile partly written"} if oh % rows or ow % 4 or row_start != begin or row_end != end else set()
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
     shares = channel_shares(case, 16)
     for begin, end in shares:
@@ -549,7 +555,7 @@ def call_conv2d(lib, case: dict):
     filter_dims = Dims(*weight.shape)
     # The rows a thread's share should come in: Winograd's tiles of 2 where the build takes it.
     rows = lib.b8_conv2d_s8_row_block(conv, filter_dims)
-    expected_rows = 2 if "winograd" in conv2d_paths(case, lib.variant) else 1
+    expected_rows = winograd_rows(case["weight"].shape[3]) if "winograd" in conv2d_paths(case, lib.variant) else 1
     assert rows == expected_rows, f"b8_conv2d_s8_row_block {rows}, expected {expected_rows}"
     # The channel blocks its shares come in: the SIMD tiles' where the build takes them.
     block = lib.b8_conv2d_s8_channel_block(conv, filter_dims)

@@ -93,10 +93,11 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # shifts the weights or offsets signed inputs (never takes them as they are), VNNI also has narrow
 # tiles and 32-channel epilogues; both offset gathered patches of signed inputs as they gather them
 # and have a tile of one pixel.
-WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
-                  "four-tile group"}
+WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
+                  "spare tiles", "padded tile", "tile partly written", "four-tile group"}
 VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"filter per tile block"},
-                 "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile"} | WINOGRAD_PATHS,
+                 "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile"}
+                            | WINOGRAD_PATHS - {"winograd tiles of 2 rows"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
                                 "one-pixel tile"}}
 # The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),

@@ -133,12 +133,12 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # gathered patches of signed inputs offset as they are gathered, and a tile of one pixel.
 # AVX2 and AVX-VNNI: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths;
 # with AVX-VNNI never a filter made per block of tiles).
-WINOGRAD_PATHS = {"winograd", "several tile blocks", "spare tiles", "padded tile", "tile partly written",
-                  "filter per tile block", "four-tile group"}
+WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
+                  "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile",
                                     "epilogue fused x16", "epilogue fused clamped"}
-                        | WINOGRAD_PATHS - {"filter per tile block"},
+                        | WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
                                        "one-pixel tile", "epilogue fused x16",
                                        "epilogue fused clamped"}}
@@ -838,16 +838,16 @@ WINOGRAD_SEEDS = range(10)
 
 def winograd_case(seed):
     """3x3 stride-1 convolutions on 16-512 input channels (the AVX2 and AVX-VNNI builds' Winograd
-    path): outputs of any size up to 18 x 18 (tiles past the last row or column, several
+    path: tiles of 4 rows up to 224 channels, of 2 beyond): outputs of any size up to 18 x 18 (tiles past the last row or column, several
     blocks of tiles, a last group of fewer than 6), padding of 0-2 on each side (tiles reading
     padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
     and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift;
-    512 -> 40: a filter transformed per block of tiles), signed or non-negative inputs, and one
+    512 -> 56: a filter transformed per block of tiles), signed or non-negative inputs, and one
     seed's values all at the int8 ends."""
     rng = np.random.default_rng(4000 + seed)
-    cin = [16, 32, 48, 64, 16, 128, 32, 512, 16, 64][seed]
-    cout = [16, 24, 8, 64, 40, 13, 32, 40, 48, 96][seed]
-    size = 18 if cin <= 32 else 9
+    cin = [16, 32, 48, 64, 16, 224, 32, 512, 16, 64][seed]
+    cout = [16, 24, 8, 64, 40, 13, 32, 56, 48, 96][seed]
+    size = 18 if cin <= 32 or cin == 224 else 9  # 224: several blocks of tiles of 4 rows
     n, h, w = int(rng.integers(1, 4)), int(rng.integers(1, size + 1)), int(rng.integers(1, size + 1))
     pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right
     oh, ow = out_size(h, pad[0], pad[2], 3, 1, 1), out_size(w, pad[1], pad[3], 3, 1, 1)
@@ -882,29 +882,37 @@ def test_conv2d_winograd(kernels, seed):
     assert len(np.unique(expected)) > 3
 
 
-def test_conv2d_winograd_wraps_exactly(kernels):
-    """The most input channels Winograd takes (896), every value at the int8 ends: its sums of
-    48 x sum(x * w) leave int32 on the way (they wrap), and the division by 48 modulo 2^32 still
-    gives the exact sums; 912 channels take the direct path."""
+@pytest.mark.parametrize("cin, rows", [(896, 2), (224, 4)])
+def test_conv2d_winograd_wraps_exactly(kernels, cin, rows):
+    """The most input channels each Winograd tile takes (896 for tiles of 2 rows, whose sums are 48
+    x sum(x * w); 224 for tiles of 4 rows, 576 x), every value at the int8 ends: the sums leave
+    int32 on the way (they wrap), and the division modulo 2^32 still gives the exact sums; 16
+    channels more take the next path (tiles of 2 rows, or the direct one)."""
     rng = np.random.default_rng(5)
-    cin, cout = 896, 16
-    x = np.where(rng.random((1, 4, 5, cin)) < 0.9, -128, 127).astype(np.int8)
-    weight = np.where(rng.random((cout, 3, 3, cin)) < 0.9, -127, 127).astype(np.int8)
-    weight[1::2] = -127  # every product 128 x 127 where x is -128
+    cout = 16
+    x = np.where(rng.random((1, 4, 5, cin)) < (0.9 if rows == 2 else 0.99), -128, 127).astype(np.int8)
+    low = -127 if rows == 2 else -128  # 9 x 224 x 128 x 128 is still under 2^25
+    weight = np.where(rng.random((cout, 3, 3, cin)) < 0.9, low, 127).astype(np.int8)
+    weight[1::2] = low  # every product 128 x |low| where x is -128
     bias = np.zeros(cout, np.int32)
     case = {"x": x, "weight": weight, "bias": bias, "multiplier": np.full(cout, 1 << 30, np.int32),
-            "shift": np.full(cout, -22, np.int32), "groups": 1, "strides": (1, 1), "padding": (1, 1),
+            "shift": np.full(cout, -22 if rows == 2 else -18, np.int32), "groups": 1, "strides": (1, 1),
+            "padding": (1, 1),
             "dilation": (1, 1), "out_hw": (4, 5), "pad_value": -128, "output_zero_point": 0, "act": (-128, 127),
             "nonnegative": False, "pixels": None, "fill": 0}
-    assert "winograd" in kernel_calls.conv2d_paths(case, "avx2")
+    assert f"winograd tiles of {rows} rows" in kernel_calls.conv2d_paths(case, "avx2")
     sums = np.einsum("nhwc,ohwc->o", np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-128)[:, :3, :3]
                      .astype(np.int64), weight.astype(np.int64))
-    assert 48 * np.abs(sums).max() > 1 << 32  # Winograd's sums pass 2^32
+    scale = 48 if rows == 2 else 576
+    assert scale * np.abs(sums).max() > 1 << 32  # Winograd's sums pass 2^32
+    if rows == 4:
+        assert np.abs(sums).max() > 0.95 * (1 << 25)  # near the bound of the tiles of 4 rows
     expected = assert_matches(kernels, "conv2d", case)
     assert len(np.unique(expected)) > 3
     wider = {**case, "x": np.concatenate([x, x[..., :16]], axis=3),
              "weight": np.concatenate([weight, weight[..., :16]], axis=3)}
-    assert "winograd" not in kernel_calls.conv2d_paths(wider, "avx2")
+    wider_paths = kernel_calls.conv2d_paths(wider, "avx2")
+    assert ("winograd" not in wider_paths) if rows == 2 else ("winograd tiles of 2 rows" in wider_paths)
     assert_matches(kernels, "conv2d", wider)
 
 
@@ -914,7 +922,7 @@ def test_conv2d_winograd_wraps_exactly(kernels):
 # shares: one empty), a grouped convolution cut inside its groups (portable), a stem, one partial
 # block in two shares (the second empty on the SIMD builds).
 CHANNEL_SHARE_CASES = [(3, 2, 24, 80, 1, 3, False, False), (1, 1, 64, 48, 1, 2, True, True),
-                       (3, 1, 32, 64, 1, 3, True, False), (3, 1, 512, 40, 1, 2, False, False),
+                       (3, 1, 32, 64, 1, 3, True, False), (3, 1, 512, 56, 1, 2, False, False),
                        (3, 1, 16, 96, 1, 4, False, True), (3, 1, 16, 24, 4, 3, True, False),
                        (7, 2, 3, 64, 1, 2, False, False), (1, 1, 8, 13, 1, 2, False, True)]
 

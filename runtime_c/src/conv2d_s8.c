@@ -18,8 +18,9 @@
  *    fewer, a + 128 is the unsigned operand.
  *    The result is exact, bit for bit the portable one.
  *    3x3 stride-1 layers on a multiple of 16 input channels (up to 896) take Winograd's
- *    F(2x4, 3x3) instead (conv2d_winograd_s8.c): 3x fewer products, exact in integers
- *    (ResNet-18's 3x3 layers 1.4-2.5x faster on Intel); so do some with AVX-VNNI.
+ *    F(4x4, 3x3) (up to 224 channels) or F(2x4, 3x3) instead (conv2d_winograd_s8.c): 4x or 3x
+ *    fewer products, exact in integers (ResNet-18's 3x3 layers 1.4-2.5x faster on Intel by
+ *    F(2x4), 1.1-1.2x more by F(4x4)); so do some with AVX-VNNI.
  *    With AVX-VNNI (B8_USE_AVXVNNI) tiles of 6 pixels x 16 channels (b8_tile_vnni_body)
  *    multiply by 256-bit vpdpbusd, whose products and sums are exact in int32 whatever the
  *    weights: the packed filter holds w + 128 where blocks x patch bytes reach 128 (as for
@@ -1640,7 +1641,7 @@ B8_API int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_di
 
 B8_API int32_t b8_conv2d_s8_row_block(const b8_conv_params* conv, const b8_dims* filter_dims) {
 #if B8_WINOGRAD
-  if (b8_winograd_suits(conv, filter_dims)) return 2;
+  if (b8_winograd_suits(conv, filter_dims)) return b8_winograd_rows(filter_dims);
 #endif
   (void)conv;
   (void)filter_dims;

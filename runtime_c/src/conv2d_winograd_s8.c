@@ -1,40 +1,50 @@
-/* 3x3 stride-1 convolution by Winograd's F(2x4, 3x3) in exact integer arithmetic: b8_conv2d_s8's
- * path in the AVX2 and AVX-VNNI builds (B8_WINOGRAD), for the layers b8_winograd_suits names.
+/* 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) or F(2x4, 3x3) in exact integer arithmetic:
+ * b8_conv2d_s8's path in the AVX2 and AVX-VNNI builds (B8_WINOGRAD), for the layers
+ * b8_winograd_suits names.
  *
  * Why. Without VNNI, AVX2 multiplies bytes by vpmaddubsw (unsigned x signed, pairs summed in
  * int16), then vpmaddwd: for 8-bit activations that may be negative (asymmetric ones after a
  * relu) that is exact only with a correction (conv2d_s8.c), four vector operations per 32
- * products where Intel's cores issue three per cycle. F(2x4, 3x3) makes a block of 2 x 4 output
- * pixels from a 4 x 6 block of input with 24 products per input channel instead of 72, on int16
- * operands whose pairs vpmaddwd multiplies and sums exactly in int32: 3x fewer products for the
- * same count of multiplying instructions per product. (F(2x2, 3x3), 2.25x fewer, ran ResNet-18's
- * 3x3 layers 1.2x slower.)
+ * products where Intel's cores issue three per cycle. F(4x4, 3x3) makes a block of 4 x 4 output
+ * pixels from a 6 x 6 block of input with 36 products per input channel instead of 144, on int16
+ * operands whose pairs vpmaddwd multiplies and sums exactly in int32: 4x fewer products for the
+ * same count of multiplying instructions per product; F(2x4, 3x3) a block of 2 x 4 from 4 x 6
+ * with 24 instead of 72, 3x fewer, and a larger bound on the input channels (below).
+ * (F(2x2, 3x3), 2.25x fewer, ran ResNet-18's 3x3 layers 1.2x slower than F(2x4); F(4x4) runs its
+ * layers on 64 and 128 channels 1.1-1.2x faster than F(2x4).)
  *
- * The arithmetic, per input channel, d the 4 x 6 input block (padded positions read pad_value)
- * and g the 3x3 filter: F(2, 3) down the rows, F(4, 3) along them,
- *   V = B2^T d B4,  U = G2 g G4^T,  Y = A2^T (sum over channels of U . V) A4, with
+ * The arithmetic, per input channel, d the (rows + 2) x 6 input block (padded positions read
+ * pad_value) and g the 3x3 filter: F(rows, 3) down the columns, F(4, 3) along the rows,
+ *   V = B^T d B4,  U = G g G4^T,  Y = A^T (sum over channels of U . V) A4,
+ * with, for tiles of 2 rows (B, G, A = B2, G2, A2),
  *   B2^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G2 = [2 0 0; 1 1 1; 1 -1 1; 0 0 2],
  *   A2^T = [1 1 1 0; 0 1 -1 -1],
  *   B4^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1],
  *   G4 = [6 0 0; -4 -4 -4; -4 4 -4; 1 2 4; 1 -2 4; 0 0 24],
  *   A4^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1];
- * |V| <= 2 x 10 x 128 = 2560 and |U| <= 3 x 24 x 127 = 9144 fit int16. G2 and G4 are 2 and 24
+ * |V| <= 2 x 10 x 128 = 2560 and |U| <= 3 x 24 x 128 = 9216 fit int16. G2 and G4 are 2 and 24
  * times the textbook's (whose entries are fractions), so Y is 48 x the 2 x 4 block of sum(x * w).
+ * For tiles of 4 rows, F(4, 3) both ways, but 24 x 24 x 128 would not fit int16: G4's last row is
+ * [0 0 12] there (12, not 24, x the textbook's), A4^T's last column (0 0 0 2) to make up for it, so
+ * |U| <= 12 x 12 x 128 = 18432 (the row sums of G4 are 6, 12, 12, 7, 7, 12), |V| <= 10 x 10 x 128 =
+ * 12800, and Y is 576 x the 4 x 4 block of sum(x * w).
  * Every step adds and multiplies integers, so Y is exact modulo 2^32 whatever the intermediate
- * sums wrap to; Y / 16 is then 3 x sum modulo 2^28, and times the inverse of 3 modulo 2^32 the
- * sum modulo 2^28, which is the sum itself while |sum| < 2^27: 9 x c x 128 x 127 for c <= 896
- * input channels. Bit for bit the direct convolution's sum.
+ * sums wrap to. With 48 x sum, Y / 16 is 3 x sum modulo 2^28, and times the inverse of 3 modulo
+ * 2^32 the sum modulo 2^28, which is the sum itself while |sum| < 2^27: 9 x c x 128 x 128 for c <=
+ * 896 input channels. With 576 x sum, Y / 64 and the inverse of 9 give the sum modulo 2^26, the
+ * sum while |sum| < 2^25: c <= 224. Bit for bit the direct convolution's sum.
  *
  * Work. The packed filter is the int8 one, 16 output channels x 9 taps per pair of input
- * channels (vpmaddwd's order once widened); a call transforms it into U (int16, [24 positions][c / 2][16 channels][2]: vpmaddwd's pairs),
- * all of it once where it is small (b8_winograd_whole_u), else 16 output x 32 input channels at a
- * time (B8_WG_PIECE) for each block of tiles: U is 24 / 9 x 2 bytes per weight, 5.3x the filter, and read from memory it made
- * a 3x3 layer on 512 channels at 7x7 pixels wait on the memory. Tiles of 2 x 4 output pixels in
- * blocks of up to b8_winograd_block_tiles: a block's V (int16, [24][tiles][c]) is made once; then,
- * per 16 output channels, per position, V times that position's U by 6 tiles x 16 channels at a
- * time (12 accumulators), into M ([24][tiles][16] int32); then per tile A2^T M A4, the division,
- * the bias and the convolutions' output stage (b8_block_finish: two pixels' 16 channels at a
- * time). */
+ * channels (vpmaddwd's order once widened); a call transforms it into U (int16, [positions][c / 2]
+ * [16 channels][2]: vpmaddwd's pairs), all of it once where it is small (b8_winograd_whole_u), else
+ * 16 output x 32 input channels at a time (B8_WG_PIECE) for each block of tiles: U is 24 / 9 x 2
+ * bytes per weight for tiles of 2 rows (36 / 9 x 2 for 4), 5.3x the filter, and read from memory it
+ * made a 3x3 layer on 512 channels at 7x7 pixels wait on the memory. Tiles of rows x 4 output
+ * pixels in blocks of up to b8_winograd_block_tiles: a block's V (int16, [positions][tiles][c]) is
+ * made once; then, per 16 output channels, per position, V times that position's U by 6 tiles x
+ * 16 channels at a time (12 accumulators), into M ([positions][tiles][16] int32); then per tile
+ * A^T M A4, the division, the bias and the convolutions' output stage (b8_block_finish: two pixels'
+ * 16 channels at a time). */
 #include <string.h>
 
 #include "byoc_int8.h"
@@ -42,14 +52,16 @@
 #include "internal.h"
 
 #if B8_WINOGRAD
-/* Tiles per GEMM step; output channels per block; the bytes of V a block may take, and the most
- * tiles a block has (M stays within 48 KB); the U a call transforms whole, and the V budget then
- * used for U made per block (fewer blocks, fewer transforms); the packed filter's last int32. */
-enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 96 * 1024, B8_WG_MAX_TILES = 48 };
-enum { B8_WG_U_WHOLE = 1024 * 1024, B8_WG_V_BIG = 480 * 1024 };
-/* Positions of the transformed block (4 x 6), output pixels of a tile (2 x 4), input channels at
- * most (the exact division's bound). */
-enum { B8_WG_POSITIONS = 24, B8_WG_PIXELS = 8, B8_WG_MAX_C = 896 };
+/* Tiles per GEMM step; output channels per block; the bytes of V a block may take (192 KB: the
+ * 128-channel layers' tiles of 4 rows 1.04x faster than with 96), and the most tiles a block has;
+ * the U a call transforms whole (1.25 MB: ResNet's 128-channel layers' 1.18 MB for tiles of 4 rows,
+ * 1.07x faster than made per block), and the V budget then used for U made per block (fewer
+ * blocks, fewer transforms); the packed filter's last int32. */
+enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 192 * 1024, B8_WG_MAX_TILES = 48 };
+enum { B8_WG_U_WHOLE = 1280 * 1024, B8_WG_V_BIG = 480 * 1024 };
+/* A tile's most output pixels (4 x 4); input channels at most (the exact division's bound), and
+ * at most for tiles of 4 rows. */
+enum { B8_WG_MAX_PIXELS = 16, B8_WG_MAX_C = 896, B8_WG4_MAX_C = 224 };
 /* Input channels per piece of U where it is made per block: 24 KB of U, in L1 while the GEMM
  * reads it (a whole block's U, 393 KB on 512 channels, went to L2 and back: 1.5x the time). */
 enum { B8_WG_PIECE = 32 };
@@ -59,31 +71,43 @@ static int32_t b8_winograd_channels(const b8_dims* filter_dims) {
   return (filter_dims->n + B8_WG_CHANNELS - 1) / B8_WG_CHANNELS * B8_WG_CHANNELS;
 }
 
-/* U's bytes: 24 positions x c x 2 bytes per output channel. */
-static int64_t b8_winograd_u_bytes(const b8_dims* filter_dims) {
-  return (int64_t)2 * B8_WG_POSITIONS * b8_winograd_channels(filter_dims) * filter_dims->c;
+/* The positions of a tile of `rows` output rows: (rows + 2) x 6. */
+static int32_t b8_winograd_positions(int32_t rows) { return (rows + 2) * 6; }
+
+/* U's bytes for tiles of `rows`: positions x c x 2 bytes per output channel. */
+static int64_t b8_winograd_u_bytes(const b8_dims* filter_dims, int32_t rows) {
+  return (int64_t)2 * b8_winograd_positions(rows) * b8_winograd_channels(filter_dims) * filter_dims->c;
+}
+
+/* Output rows per tile: 4 (F(4x4, 3x3)) on up to 224 input channels, where the division of 576 x
+ * the sum modulo 2^32 is exact (see the top of the file), else 2 (F(2x4, 3x3)). */
+int32_t b8_winograd_rows(const b8_dims* filter_dims) {
+  return filter_dims->c <= B8_WG4_MAX_C ? 4 : 2;
 }
 
 /* Whether a call transforms the whole filter once (else a piece of B8_WG_PIECE input channels at
  * a time, for each block of tiles and of 16 output channels). */
 static int b8_winograd_whole_u(const b8_dims* filter_dims) {
-  return b8_winograd_u_bytes(filter_dims) <= B8_WG_U_WHOLE;
+  return b8_winograd_u_bytes(filter_dims, b8_winograd_rows(filter_dims)) <= B8_WG_U_WHOLE;
 }
 
 /* 3x3, stride 1, no dilation, groups 1, input channels a multiple of 16 up to 896. With AVX-VNNI
- * (vpdpbusd does the direct path's 32 products per instruction, vpdpwssd Winograd's 16 for 48)
- * only where U is made once per call: ResNet-18's 3x3 layers on 64 and 128 channels 1.12-1.2x
- * faster by Winograd there, on 256 0.98x, on 512 at 7x7 0.72x. */
+ * (vpdpbusd does the direct path's 32 products per instruction, vpdpwssd Winograd's 16 for 64)
+ * only tiles of 4 rows where U is made once per call: ResNet-18's 3x3 layers on 64 and 128
+ * channels 1.12-1.2x faster by tiles of 2 rows there, 1.2-1.4x by tiles of 4 (U whole); on 256
+ * 0.98x by tiles of 2, on 512 at 7x7 0.72x. */
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   return conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
          conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
-         filter_dims->c <= B8_WG_MAX_C && (!B8_USE_AVXVNNI || b8_winograd_whole_u(filter_dims));
+         filter_dims->c <= B8_WG_MAX_C &&
+         (!B8_USE_AVXVNNI || (b8_winograd_rows(filter_dims) == 4 && b8_winograd_whole_u(filter_dims)));
 }
 
-/* Tiles per block: V takes 48 x c bytes per tile. */
+/* Tiles per block: V takes 2 x positions x c bytes per tile. */
 static int32_t b8_winograd_block_tiles(const b8_dims* filter_dims) {
   const int32_t c = filter_dims->c, budget = b8_winograd_whole_u(filter_dims) ? B8_WG_V_BYTES : B8_WG_V_BIG;
-  const int32_t tiles = budget / (2 * B8_WG_POSITIONS * c) / B8_WG_GROUP * B8_WG_GROUP;
+  const int32_t positions = b8_winograd_positions(b8_winograd_rows(filter_dims));
+  const int32_t tiles = budget / (2 * positions * c) / B8_WG_GROUP * B8_WG_GROUP;
   return tiles < B8_WG_GROUP ? B8_WG_GROUP : tiles > B8_WG_MAX_TILES ? B8_WG_MAX_TILES : tiles;
 }
 
@@ -95,9 +119,10 @@ int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
   /* V, M, U (whole, or a piece's), the bias per channel and the output stage's three float
    * constants, 64 bytes to align. */
   const int32_t tiles = b8_winograd_block_tiles(filter_dims), c = filter_dims->c;
-  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims)
-                                                      : 2 * B8_WG_POSITIONS * B8_WG_CHANNELS * B8_WG_PIECE;
-  return (int32_t)(2 * B8_WG_POSITIONS * tiles * c + B8_WG_POSITIONS * tiles * B8_WG_CHANNELS * 4 + u +
+  const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows);
+  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims, rows)
+                                                      : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE;
+  return (int32_t)(2 * positions * tiles * c + positions * tiles * B8_WG_CHANNELS * 4 + u +
                    16 * b8_winograd_channels(filter_dims) + 64);
 }
 
@@ -116,38 +141,52 @@ void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, i
   memcpy(packed + (int64_t)9 * channels * c, &marker, 4);
 }
 
-/* U = G2 g G4^T of one pair of input channels for 16 output channels (g: 9 taps, 32 bytes apart,
+/* G2 x (x0, x1, x2): 2 x F(2, 3)'s filter transform, 4 values. */
+B8_INLINE void b8_wg_g2(__m256i x0, __m256i x1, __m256i x2, __m256i r[4]) {
+  const __m256i outer = _mm256_add_epi16(x0, x2);
+  r[0] = _mm256_add_epi16(x0, x0);
+  r[1] = _mm256_add_epi16(outer, x1);
+  r[2] = _mm256_sub_epi16(outer, x1);
+  r[3] = _mm256_add_epi16(x2, x2);
+}
+
+/* G4 x (x0, x1, x2): 24 x F(4, 3)'s filter transform, 6 values, the last `last` x x2 (24, or 12
+ * for tiles of 4 rows, where 24 x 24 would pass int16). */
+B8_INLINE void b8_wg_g4(__m256i x0, __m256i x1, __m256i x2, int16_t last, __m256i r[6]) {
+  const __m256i outer = _mm256_add_epi16(x0, x2);                    /* x0 + x2 */
+  const __m256i near = _mm256_add_epi16(x0, _mm256_slli_epi16(x2, 2)); /* x0 + 4 x2 */
+  const __m256i twice = _mm256_add_epi16(x1, x1);                    /* 2 x1 */
+  r[0] = _mm256_mullo_epi16(x0, _mm256_set1_epi16(6));
+  r[1] = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(outer, x1)), 2);
+  r[2] = _mm256_slli_epi16(_mm256_sub_epi16(x1, outer), 2);
+  r[3] = _mm256_add_epi16(near, twice);
+  r[4] = _mm256_sub_epi16(near, twice);
+  r[5] = _mm256_mullo_epi16(x2, _mm256_set1_epi16(last));
+}
+
+/* U = G g G4^T of one pair of input channels for 16 output channels (g: 9 taps, 32 bytes apart,
  * of 16 x 2 int8), in int16, position r x 6 + s at u + (r x 6 + s) x position (32 int16: channels
- * 0-7, then 8-15): G2 over the kernel's rows (2 g0, g0 + g1 + g2, g0 - g1 + g2, 2 g2), then G4's
- * six rows along them. A position's 64 bytes are stored together: written half by half, the
- * lines of U (which exceed L1) were fetched twice, and the transform took 1.5x as long. */
-B8_INLINE void b8_winograd_filter_pair(const int8_t* g, int16_t* u, int64_t position) {
-  __m256i a[2][4][3];
+ * 0-7, then 8-15): G over the kernel's rows (G2, or G4 for tiles of 4 rows), then G4's six rows
+ * along them. A position's 64 bytes are stored together: written half by half, the lines of U
+ * (which exceed L1) were fetched twice, and the transform took 1.5x as long. */
+B8_INLINE void b8_winograd_filter_pair(const int8_t* g, int16_t* u, int64_t position, const int32_t rows) {
+  const int16_t last = rows == 4 ? 12 : 24;
+  __m256i a[2][6][3];
   for (int32_t h = 0; h < 2; ++h)
     for (int32_t kx = 0; kx < 3; ++kx) {
 #define B8_WG_TAP(ky) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(g + 32 * (3 * (ky) + kx) + 16 * h)))
       const __m256i top = B8_WG_TAP(0), middle = B8_WG_TAP(1), bottom = B8_WG_TAP(2);
 #undef B8_WG_TAP
-      const __m256i outer = _mm256_add_epi16(top, bottom);
-      a[h][0][kx] = _mm256_add_epi16(top, top);
-      a[h][1][kx] = _mm256_add_epi16(outer, middle);
-      a[h][2][kx] = _mm256_sub_epi16(outer, middle);
-      a[h][3][kx] = _mm256_add_epi16(bottom, bottom);
+      __m256i column[6];
+      if (rows == 4)
+        b8_wg_g4(top, middle, bottom, last, column);
+      else
+        b8_wg_g2(top, middle, bottom, column);
+      for (int32_t r = 0; r < rows + 2; ++r) a[h][r][kx] = column[r];
     }
-  for (int32_t r = 0; r < 4; ++r) {
+  for (int32_t r = 0; r < rows + 2; ++r) {
     __m256i row[2][6];
-    for (int32_t h = 0; h < 2; ++h) {
-      const __m256i* x = a[h][r];
-      const __m256i outer = _mm256_add_epi16(x[0], x[2]);                      /* a0 + a2 */
-      const __m256i near = _mm256_add_epi16(x[0], _mm256_slli_epi16(x[2], 2)); /* a0 + 4 a2 */
-      const __m256i twice = _mm256_add_epi16(x[1], x[1]);                      /* 2 a1 */
-      row[h][0] = _mm256_mullo_epi16(x[0], _mm256_set1_epi16(6));
-      row[h][1] = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(outer, x[1])), 2);
-      row[h][2] = _mm256_slli_epi16(_mm256_sub_epi16(x[1], outer), 2);
-      row[h][3] = _mm256_add_epi16(near, twice);
-      row[h][4] = _mm256_sub_epi16(near, twice);
-      row[h][5] = _mm256_mullo_epi16(x[2], _mm256_set1_epi16(24));
-    }
+    for (int32_t h = 0; h < 2; ++h) b8_wg_g4(a[h][r][0], a[h][r][1], a[h][r][2], last, row[h]);
     for (int32_t s = 0; s < 6; ++s) {
       int16_t* out = u + (6 * r + s) * position;
       _mm256_storeu_si256((__m256i*)out, row[0][s]);
@@ -159,51 +198,74 @@ B8_INLINE void b8_winograd_filter_pair(const int8_t* g, int16_t* u, int64_t posi
 /* U of `pairs` pairs of input channels of one block of 16 output channels (from its packed filter
  * g) into u: per position (`position` int16 apart), per pair, output channels 0-7 then 8-15, each
  * a (channel, pair) int16 pair: vpmaddwd's operand. */
-static void b8_winograd_filter(const int8_t* g, int32_t pairs, int16_t* u, int64_t position) {
-  for (int32_t pair = 0; pair < pairs; ++pair)
-    b8_winograd_filter_pair(g + (int64_t)pair * 9 * 2 * B8_WG_CHANNELS, u + (int64_t)pair * 2 * B8_WG_CHANNELS,
-                            position);
+static void b8_winograd_filter(const int8_t* g, int32_t pairs, int16_t* u, int64_t position, int32_t rows) {
+  for (int32_t pair = 0; pair < pairs; ++pair) {
+    const int8_t* from = g + (int64_t)pair * 9 * 2 * B8_WG_CHANNELS;
+    int16_t* to = u + (int64_t)pair * 2 * B8_WG_CHANNELS;
+    if (rows == 4)
+      b8_winograd_filter_pair(from, to, position, 4);
+    else
+      b8_winograd_filter_pair(from, to, position, 2);
+  }
 }
 
-/* V of one tile, all c channels, 16 at a time: the 4 x 6 input block from (iy0, ix0), positions
- * outside the input reading pad_value; position r x 6 + s at v + (r x 6 + s) x stride. */
-static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, int32_t iy0, int32_t ix0,
-                              int32_t pad_value, int16_t* v, int64_t stride) {
+/* B4^T x (x0 .. x5): F(4, 3)'s input transform, 6 values (|result| <= 10 max |x|). */
+B8_INLINE void b8_wg_b4(const __m256i x[6], __m256i r[6]) {
+  const __m256i p = _mm256_sub_epi16(x[4], _mm256_slli_epi16(x[2], 2)); /* x4 - 4 x2 */
+  const __m256i q = _mm256_sub_epi16(x[3], _mm256_slli_epi16(x[1], 2)); /* x3 - 4 x1 */
+  const __m256i e = _mm256_sub_epi16(x[4], x[2]);                        /* x4 - x2 */
+  const __m256i f = _mm256_slli_epi16(_mm256_sub_epi16(x[3], x[1]), 1); /* 2 (x3 - x1) */
+  r[0] = _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[0], x[2]), 2), e);
+  r[1] = _mm256_add_epi16(p, q);
+  r[2] = _mm256_sub_epi16(p, q);
+  r[3] = _mm256_add_epi16(e, f);
+  r[4] = _mm256_sub_epi16(e, f);
+  r[5] = _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[1], x[3]), 2), _mm256_sub_epi16(x[5], x[3]));
+}
+
+/* V of one tile, all c channels, 16 at a time: the (rows + 2) x 6 input block from (iy0, ix0),
+ * positions outside the input reading pad_value; position r x 6 + s at v + (r x 6 + s) x stride.
+ * B2^T (or B4^T for tiles of 4 rows) down the columns, then B4^T along the rows. */
+B8_INLINE void b8_winograd_input_rows(const int8_t* image, const b8_dims* input_dims, int32_t iy0, int32_t ix0,
+                                      int32_t pad_value, int16_t* v, int64_t stride, const int32_t rows) {
   const int32_t c = input_dims->c;
   const __m256i pad = _mm256_set1_epi16((int16_t)pad_value);
-  int inside[4][6];
-  for (int32_t r = 0; r < 4; ++r)
+  int inside[6][6];
+  for (int32_t r = 0; r < rows + 2; ++r)
     for (int32_t s = 0; s < 6; ++s)
       inside[r][s] = iy0 + r >= 0 && iy0 + r < input_dims->h && ix0 + s >= 0 && ix0 + s < input_dims->w;
   const int8_t* at = image + ((int64_t)iy0 * input_dims->w + ix0) * c; /* formed only, never read outside */
   const int64_t row = (int64_t)input_dims->w * c;
   for (int32_t c0 = 0; c0 < c; c0 += 16) {
-    __m256i t[4][6];
-    for (int32_t s = 0; s < 6; ++s) { /* B2^T d, column s */
-      __m256i d[4];
-      for (int32_t r = 0; r < 4; ++r)
+    __m256i t[6][6];
+    for (int32_t s = 0; s < 6; ++s) { /* B^T d, column s */
+      __m256i d[6], column[6];
+      for (int32_t r = 0; r < rows + 2; ++r)
         d[r] = inside[r][s] ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(at + r * row + s * c + c0))) : pad;
-      t[0][s] = _mm256_sub_epi16(d[0], d[2]);
-      t[1][s] = _mm256_add_epi16(d[1], d[2]);
-      t[2][s] = _mm256_sub_epi16(d[2], d[1]);
-      t[3][s] = _mm256_sub_epi16(d[1], d[3]);
+      if (rows == 4) {
+        b8_wg_b4(d, column);
+      } else {
+        column[0] = _mm256_sub_epi16(d[0], d[2]);
+        column[1] = _mm256_add_epi16(d[1], d[2]);
+        column[2] = _mm256_sub_epi16(d[2], d[1]);
+        column[3] = _mm256_sub_epi16(d[1], d[3]);
+      }
+      for (int32_t r = 0; r < rows + 2; ++r) t[r][s] = column[r];
     }
-    for (int32_t r = 0; r < 4; ++r) { /* (B2^T d) B4, row r */
-      const __m256i* x = t[r];
-      int16_t* out = v + r * 6 * stride + c0;
-      const __m256i p = _mm256_sub_epi16(x[4], _mm256_slli_epi16(x[2], 2)); /* x4 - 4 x2 */
-      const __m256i q = _mm256_sub_epi16(x[3], _mm256_slli_epi16(x[1], 2)); /* x3 - 4 x1 */
-      const __m256i e = _mm256_sub_epi16(x[4], x[2]);                        /* x4 - x2 */
-      const __m256i f = _mm256_slli_epi16(_mm256_sub_epi16(x[3], x[1]), 1); /* 2 (x3 - x1) */
-      _mm256_storeu_si256((__m256i*)out, _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[0], x[2]), 2), e));
-      _mm256_storeu_si256((__m256i*)(out + stride), _mm256_add_epi16(p, q));
-      _mm256_storeu_si256((__m256i*)(out + 2 * stride), _mm256_sub_epi16(p, q));
-      _mm256_storeu_si256((__m256i*)(out + 3 * stride), _mm256_add_epi16(e, f));
-      _mm256_storeu_si256((__m256i*)(out + 4 * stride), _mm256_sub_epi16(e, f));
-      _mm256_storeu_si256((__m256i*)(out + 5 * stride),
-                          _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[1], x[3]), 2), _mm256_sub_epi16(x[5], x[3])));
+    for (int32_t r = 0; r < rows + 2; ++r) { /* (B^T d) B4, row r */
+      __m256i out[6];
+      b8_wg_b4(t[r], out);
+      for (int32_t s = 0; s < 6; ++s) _mm256_storeu_si256((__m256i*)(v + (r * 6 + s) * stride + c0), out[s]);
     }
   }
+}
+
+static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, int32_t iy0, int32_t ix0,
+                              int32_t pad_value, int16_t* v, int64_t stride, int32_t rows) {
+  if (rows == 4)
+    b8_winograd_input_rows(image, input_dims, iy0, ix0, pad_value, v, stride, 4);
+  else
+    b8_winograd_input_rows(image, input_dims, iy0, ix0, pad_value, v, stride, 2);
 }
 
 /* m[t][0, 16) (+)= sum over k < pairs of v[t][k] x u[k] for n = 6 or 4 tiles t (rows of v
@@ -264,38 +326,60 @@ static void b8_winograd_gemm4(const int32_t* v, int64_t row, int32_t pairs, cons
   b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, 4);
 }
 
-/* A2^T M A4 for 16 channels of one tile (M's positions `stride` int32 apart), divided by 48, plus
- * the bias: y[h][i] holds channels 8h .. 8h + 7 of the tile's pixel i = 4 x row + column. */
-static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
-                               __m256i y[2][B8_WG_PIXELS]) {
+/* A4^T x (x0 .. x5): F(4, 3)'s output transform, 4 values, x5 counted `last` times (1, or 2 for
+ * tiles of 4 rows, whose filter transform's last row is 12, not 24, x the textbook's). */
+B8_INLINE void b8_wg_a4(const __m256i x[6], const int32_t last, __m256i y[4]) {
+  const __m256i sum12 = _mm256_add_epi32(x[1], x[2]), diff12 = _mm256_sub_epi32(x[1], x[2]);
+  const __m256i sum34 = _mm256_add_epi32(x[3], x[4]), diff34 = _mm256_sub_epi32(x[3], x[4]);
+  y[0] = _mm256_add_epi32(_mm256_add_epi32(x[0], sum12), sum34);
+  y[1] = _mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 1));
+  y[2] = _mm256_add_epi32(sum12, _mm256_slli_epi32(sum34, 2));
+  y[3] = _mm256_add_epi32(_mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 3)),
+                          last == 2 ? _mm256_add_epi32(x[5], x[5]) : x[5]);
+}
+
+/* A^T M A4 for 16 channels of one tile (M's positions `stride` int32 apart), divided by 48 (tiles
+ * of 2 rows: A2^T down the columns) or 576 (4 rows: A4^T), plus the bias: y[h][i] holds channels
+ * 8h .. 8h + 7 of the tile's pixel i = 4 x row + column. */
+B8_INLINE void b8_winograd_output_rows(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
+                                       __m256i y[2][B8_WG_MAX_PIXELS], const int32_t rows) {
+  const int32_t last = rows == 4 ? 2 : 1;
   for (int32_t h = 0; h < 2; ++h) {
-    __m256i s[2][6]; /* A2^T M */
+    __m256i s[4][6]; /* A^T M */
     for (int32_t c = 0; c < 6; ++c) {
-      const __m256i m0 = _mm256_loadu_si256((const __m256i*)(m + c * stride + 8 * h));
-      const __m256i m1 = _mm256_loadu_si256((const __m256i*)(m + (6 + c) * stride + 8 * h));
-      const __m256i m2 = _mm256_loadu_si256((const __m256i*)(m + (12 + c) * stride + 8 * h));
-      const __m256i m3 = _mm256_loadu_si256((const __m256i*)(m + (18 + c) * stride + 8 * h));
-      s[0][c] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
-      s[1][c] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+      __m256i x[6], column[4];
+      for (int32_t r = 0; r < rows + 2; ++r)
+        x[r] = _mm256_loadu_si256((const __m256i*)(m + (6 * r + c) * stride + 8 * h));
+      if (rows == 4) {
+        b8_wg_a4(x, last, column);
+      } else {
+        column[0] = _mm256_add_epi32(_mm256_add_epi32(x[0], x[1]), x[2]);
+        column[1] = _mm256_sub_epi32(_mm256_sub_epi32(x[1], x[2]), x[3]);
+      }
+      for (int32_t r = 0; r < rows; ++r) s[r][c] = column[r];
     }
-    for (int32_t r = 0; r < 2; ++r) { /* (A2^T M) A4 */
-      const __m256i* x = s[r];
-      const __m256i sum12 = _mm256_add_epi32(x[1], x[2]), diff12 = _mm256_sub_epi32(x[1], x[2]);
-      const __m256i sum34 = _mm256_add_epi32(x[3], x[4]), diff34 = _mm256_sub_epi32(x[3], x[4]);
-      y[h][4 * r] = _mm256_add_epi32(_mm256_add_epi32(x[0], sum12), sum34);
-      y[h][4 * r + 1] = _mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 1));
-      y[h][4 * r + 2] = _mm256_add_epi32(sum12, _mm256_slli_epi32(sum34, 2));
-      y[h][4 * r + 3] = _mm256_add_epi32(_mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 3)), x[5]);
-    }
+    for (int32_t r = 0; r < rows; ++r) b8_wg_a4(s[r], last, &y[h][4 * r]); /* (A^T M) A4 */
   }
-  const __m256i inverse3 = _mm256_set1_epi32((int32_t)0xAAAAAAABu); /* 3 x it = 1 modulo 2^32 */
-  for (int32_t i = 0; i < B8_WG_PIXELS; ++i) {
-#define B8_WG_DIVIDE_48(x) \
-  _mm256_srai_epi32(_mm256_slli_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(x, 4), inverse3), 4), 4)
-    y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(y[0][i]), bias0);
-    y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE_48(y[1][i]), bias1);
-#undef B8_WG_DIVIDE_48
+  /* The sums are 48 (or 576) x the convolution's modulo 2^32: a shift by 4 (6) leaves 3 (9) x the
+   * sum modulo 2^28 (2^26), times the inverse of 3 (9) modulo 2^32 the sum in the low 28 (26)
+   * bits, sign-extended. */
+  const int32_t bits = rows == 4 ? 6 : 4;
+  const __m256i inverse = _mm256_set1_epi32(rows == 4 ? (int32_t)0x38E38E39u : (int32_t)0xAAAAAAABu);
+  for (int32_t i = 0; i < 4 * rows; ++i) {
+#define B8_WG_DIVIDE(x) \
+  _mm256_srai_epi32(_mm256_slli_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(x, bits), inverse), bits), bits)
+    y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE(y[0][i]), bias0);
+    y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE(y[1][i]), bias1);
+#undef B8_WG_DIVIDE
   }
+}
+
+static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
+                               __m256i y[2][B8_WG_MAX_PIXELS], int32_t rows) {
+  if (rows == 4)
+    b8_winograd_output_rows(m, stride, bias0, bias1, y, 4);
+  else
+    b8_winograd_output_rows(m, stride, bias0, bias1, y, 2);
 }
 
 b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
@@ -305,6 +389,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
                                 int8_t* scratch) {
   const int32_t c = filter_dims->c, pairs = c / 2, out_c = output_dims->c, out_h = output_dims->h, out_w = output_dims->w;
   const int32_t channels = b8_winograd_channels(filter_dims), block = b8_winograd_block_tiles(filter_dims);
+  const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows), tile_pixels = 4 * rows;
   int32_t marker;
   memcpy(&marker, packed + (int64_t)9 * channels * c, 4);
   if (marker != B8_WEIGHTS_WINOGRAD) return B8_ERROR_ARGUMENT; /* not packed for this path */
@@ -313,18 +398,18 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   if (begin >= end) return B8_OK;
   /* The rows of tiles that hold the share's pixels, counted over the batch; a tile's pixels
    * outside the share (or past the output's last row or column) are computed, never written. */
-  const int32_t tiles_w = (out_w + 3) / 4, tiles_h = (out_h + 1) / 2;
+  const int32_t tiles_w = (out_w + 3) / 4, tiles_h = (out_h + rows - 1) / rows;
   const int64_t image_pixels = (int64_t)out_h * out_w, image_size = (int64_t)input_dims->h * input_dims->w * c;
-  const int64_t first_row = begin / image_pixels * tiles_h + begin % image_pixels / out_w / 2;
-  const int64_t last_row = (end - 1) / image_pixels * tiles_h + (end - 1) % image_pixels / out_w / 2;
+  const int64_t first_row = begin / image_pixels * tiles_h + begin % image_pixels / out_w / rows;
+  const int64_t last_row = (end - 1) / image_pixels * tiles_h + (end - 1) % image_pixels / out_w / rows;
   const int64_t tiles = (last_row - first_row + 1) * tiles_w;
   int8_t* base = (int8_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-  int16_t* v = (int16_t*)base;                                                     /* [24][block][c] */
-  int32_t* m = (int32_t*)(base + (int64_t)2 * B8_WG_POSITIONS * block * c);        /* [24][block][16] */
-  int16_t* u = (int16_t*)(m + B8_WG_POSITIONS * block * B8_WG_CHANNELS);          /* U, whole or a block's */
+  int16_t* v = (int16_t*)base;                                            /* [positions][block][c] */
+  int32_t* m = (int32_t*)(base + (int64_t)2 * positions * block * c);     /* [positions][block][16] */
+  int16_t* u = (int16_t*)(m + positions * block * B8_WG_CHANNELS);       /* U, whole or a block's */
   const int whole_u = b8_winograd_whole_u(filter_dims);
-  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims)
-                                                     : 2 * B8_WG_POSITIONS * B8_WG_CHANNELS * B8_WG_PIECE));
+  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims, rows)
+                                                     : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE));
   float* table = (float*)(start + channels);                          /* scale, offsets */
   for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
@@ -335,21 +420,21 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
   if (whole_u)
     for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_WG_CHANNELS)
-      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, pairs, u + (int64_t)oc0 * B8_WG_POSITIONS * c,
-                         (int64_t)c * B8_WG_CHANNELS);
+      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, pairs, u + (int64_t)oc0 * positions * c,
+                         (int64_t)c * B8_WG_CHANNELS, rows);
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
     /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
     const int32_t rest = count % B8_WG_GROUP, slots = count - rest + (rest == 0 ? 0 : rest > 4 ? 6 : 4);
     for (int32_t t = 0; t < slots; ++t) {
       if (t >= count) { /* the last group's spare tiles: zeros, whose results are never written */
-        for (int32_t p = 0; p < B8_WG_POSITIONS; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
+        for (int32_t p = 0; p < positions; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
         continue;
       }
       const int64_t row = first_row + (first + t) / tiles_w;
       const int32_t tx = (int32_t)((first + t) % tiles_w), ty = (int32_t)(row % tiles_h);
-      b8_winograd_input(input + row / tiles_h * image_size, input_dims, 2 * ty - conv->pad_top,
-                        4 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position);
+      b8_winograd_input(input + row / tiles_h * image_size, input_dims, rows * ty - conv->pad_top,
+                        4 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position, rows);
     }
     for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_WG_CHANNELS) {
       /* U whole: each position's GEMM over all c; else per piece of B8_WG_PIECE input channels,
@@ -358,9 +443,9 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       const int64_t u_position = (int64_t)piece * B8_WG_CHANNELS; /* U's int16 per position */
       for (int32_t c0 = 0; c0 < c; c0 += piece) {
         const int8_t* g = packed + oc0 / B8_WG_CHANNELS * filter_block + (int64_t)c0 * 9 * B8_WG_CHANNELS;
-        const int16_t* up = whole_u ? u + (int64_t)oc0 * B8_WG_POSITIONS * c : u;
-        if (!whole_u) b8_winograd_filter(g, piece / 2, u, u_position);
-        for (int32_t p = 0; p < B8_WG_POSITIONS; ++p)
+        const int16_t* up = whole_u ? u + (int64_t)oc0 * positions * c : u;
+        if (!whole_u) b8_winograd_filter(g, piece / 2, u, u_position, rows);
+        for (int32_t p = 0; p < positions; ++p)
           for (int32_t g0 = 0; g0 < slots; g0 += B8_WG_GROUP)
             (slots - g0 >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
                 (const int32_t*)(v + p * position + (int64_t)g0 * c + c0), pairs, piece / 2, up + p * u_position,
@@ -376,25 +461,25 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
       for (int32_t t = 0; t < count; ++t) {
         const int64_t row = first_row + (first + t) / tiles_w;
-        const int32_t ox = 4 * (int32_t)((first + t) % tiles_w), oy = 2 * (int32_t)(row % tiles_h);
-        int8_t* out[B8_WG_PIXELS]; /* the tile's pixels this call writes, or NULL */
-        for (int32_t i = 0; i < B8_WG_PIXELS; ++i) {
+        const int32_t ox = 4 * (int32_t)((first + t) % tiles_w), oy = rows * (int32_t)(row % tiles_h);
+        int8_t* out[B8_WG_MAX_PIXELS]; /* the tile's pixels this call writes, or NULL */
+        for (int32_t i = 0; i < tile_pixels; ++i) {
           const int32_t y = oy + i / 4, x = ox + i % 4;
           out[i] = NULL;
           const int64_t pixel = row / tiles_h * image_pixels + (int64_t)y * out_w + x;
           if (y < out_h && x < out_w && pixel >= begin && pixel < end) out[i] = output + pixel * out_c + oc0;
         }
-        __m256i y[2][B8_WG_PIXELS]; /* channels 0-7 and 8-15 of the tile's pixels */
-        b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias0, bias1, y);
+        __m256i y[2][B8_WG_MAX_PIXELS]; /* channels 0-7 and 8-15 of the tile's pixels */
+        b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias0, bias1, y, rows);
         if (fused) {
-          for (int32_t i = 0; i < B8_WG_PIXELS; i += 2) {
+          for (int32_t i = 0; i < tile_pixels; i += 2) {
             const __m256i bytes = b8_block_finish(&e, y[0][i], y[1][i], y[0][i + 1], y[1][i + 1]);
             if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm256_castsi256_si128(bytes));
             if (out[i + 1]) _mm_storeu_si128((__m128i*)out[i + 1], _mm256_extracti128_si256(bytes, 1));
           }
           continue;
         }
-        for (int32_t i = 0; i < B8_WG_PIXELS; ++i) {
+        for (int32_t i = 0; i < tile_pixels; ++i) {
           if (!out[i]) continue;
           for (int32_t h = 0; h < 2 && 8 * h < block_c; ++h) {
             if (vector_epilogue) {

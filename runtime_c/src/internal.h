@@ -509,16 +509,17 @@ B8_INLINE void b8_store_s8x16_masked(int8_t* out, __m512i v, __m512i lo, __m512i
 #endif /* B8_USE_AVX512VNNI */
 #endif /* B8_USE_AVX2 */
 
-/* 3x3 stride-1 convolutions by Winograd's F(2x4, 3x3) (conv2d_winograd_s8.c): the AVX2 and
- * AVX-VNNI builds' (the AVX-512 VNNI build's products cost too little to repay its transforms).
- * b8_conv2d_s8 takes it where b8_winograd_suits says so, and the packing, scratch and packed
- * sizes follow. */
+/* 3x3 stride-1 convolutions by Winograd's F(4x4, 3x3) or F(2x4, 3x3) (conv2d_winograd_s8.c):
+ * the AVX2 and AVX-VNNI builds' (the AVX-512 VNNI build's products cost too little to repay its
+ * transforms). b8_conv2d_s8 takes it where b8_winograd_suits says so, in tiles of
+ * b8_winograd_rows rows, and the packing, scratch and packed sizes follow. */
 #define B8_WINOGRAD (B8_USE_AVX2 && !B8_USE_AVX512VNNI)
 #if B8_WINOGRAD
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims);
 int32_t b8_winograd_packed_size(const b8_dims* filter_dims);
 void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, int8_t* packed);
 int32_t b8_winograd_scratch_size(const b8_dims* filter_dims);
+int32_t b8_winograd_rows(const b8_dims* filter_dims);
 b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
                                 const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
                                 const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,

@@ -77,7 +77,7 @@ static b8_pixels b8_task_share(int task_id, int num_task, int32_t total) {
 }
 
 /* A convolution's share: whole blocks of `rows` output rows where the kernel asks for them
- * (b8_conv2d_s8_row_block: the Winograd path's tiles of 2 rows; a 7x7 output split 4 + 3 rows
+ * (b8_conv2d_s8_row_block: the Winograd path's tiles of 2 or 4 rows; a 7x7 output split 4 + 3 rows
  * instead of 25 + 24 pixels spares one thread a row of tiles), else any pixels. */
 static b8_pixels b8_conv_share(int task_id, int num_task, const b8_dims* out, int32_t rows) {
   if (rows <= 1) return b8_task_share(task_id, num_task, out->n * out->h * out->w);
