@@ -105,21 +105,28 @@ static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   /* Few pixels (a 7x7 output: 25 + 24 on two tasks): whole blocks of output channels per task,
    * over all pixels, where there are blocks enough; then no task computes a partial row of tiles,
    * and each reads only its channels' weights: ResNet-18's 7x7 layers 1.1x on two threads (AVX-VNNI
-   * build). On the Winograd path (tiles of 2 rows), where each task transforms the filter for its
+   * build). On the Winograd path (tiles of 2 or 4 rows), where each task transforms the filter for its
    * own tiles, up to twice as many: its 14x14 x 256 layers 1.13x (AVX2 build). More pixels split
    * by pixels: the input's transform, or the patches, would be made by every task, and the next
    * operation (an add, by bytes) would read more of what the other core wrote; so do blocks that
    * split unevenly (MobileNetV2's 160 channels, 5 blocks of 32: 3 + 2 would be more work per task
-   * than 25 + 24 pixels). */
+   * than 25 + 24 pixels). Tiles of several rows are split whole, so that where their rows split
+   * less evenly than the blocks, any pixel count splits by channels (the 28x28 x 128 layers' 7 rows
+   * of 4-row Winograd tiles, 4 + 3 on two tasks: 1.07x, AVX-VNNI build). */
   const int32_t total = out->n * out->h * out->w, block = b8_conv2d_s8_channel_block(job->conv, job->filter_dims);
   const int32_t blocks = (out->c + block - 1) / block;
   const int32_t rows = b8_conv2d_s8_row_block(job->conv, job->filter_dims);
   b8_pixels pixels = {0, total};
   b8_channels channels = {0, out->c};
   const int32_t tasks = env->num_task;
-  const int64_t channel_share = (int64_t)(blocks + tasks - 1) / tasks * total;
-  const int64_t pixel_share = (int64_t)(total + tasks - 1) / tasks * blocks;
-  if (total < (rows > 1 ? 2 : 1) * B8_CHANNEL_SPLIT_PIXELS * tasks && channel_share <= pixel_share) {
+  /* The most output pixels x channel blocks a task computes either way (with tiles of rows, the
+   * tiles' pixels, the pixel split in whole rows of tiles). */
+  const int64_t tile_rows = (int64_t)out->n * ((out->h + rows - 1) / rows), row_pixels = (int64_t)rows * out->w;
+  const int64_t channel_share = (int64_t)(blocks + tasks - 1) / tasks * (rows > 1 ? tile_rows * row_pixels : total);
+  const int64_t pixel_share = (rows > 1 ? (tile_rows + tasks - 1) / tasks * row_pixels
+                                        : (int64_t)(total + tasks - 1) / tasks) * blocks;
+  if ((total < (rows > 1 ? 2 : 1) * B8_CHANNEL_SPLIT_PIXELS * tasks && channel_share <= pixel_share) ||
+      (rows > 1 && channel_share < pixel_share)) {
     const b8_pixels share = b8_task_share(task_id, tasks, blocks);
     channels.begin = share.begin * block;
     channels.end = share.end * block < out->c ? share.end * block : out->c;
