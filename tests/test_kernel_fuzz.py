@@ -89,7 +89,7 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 
 
 # Per build: AVX2's and AVX-VNNI's 3x3 stride-1 layers by Winograd (kernel_calls._winograd_conv2d_paths,
-# AVX-VNNI's only where the filter is made once per call); AVX-VNNI
+# AVX-VNNI's only tiles of 4 rows with the filter made once per call); AVX-VNNI
 # shifts the weights or offsets signed inputs (never takes them as they are), VNNI also has narrow
 # tiles and 32-channel epilogues; both offset gathered patches of signed inputs as they gather them
 # and have a tile of one pixel.

@@ -132,7 +132,7 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles; in both, the
 # gathered patches of signed inputs offset as they are gathered, and a tile of one pixel.
 # AVX2 and AVX-VNNI: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths;
-# with AVX-VNNI never a filter made per block of tiles).
+# with AVX-VNNI never a filter made per block of tiles, nor tiles of 2 rows).
 WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
                   "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
