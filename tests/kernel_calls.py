@@ -415,12 +415,12 @@ def _winograd_whole_u(cout: int, cin: int) -> bool:
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
     """conv2d_paths of the AVX2 and AVX-VNNI builds' Winograd path: its filter transformed once per
-    call, or per block of tiles where U passes 1.25 MB; the rows of 2 x 4 tiles that hold a call's
-    pixels, in blocks of b8_winograd_block_tiles (several) and groups of 6 (the last of 4 where
-    1-4 remain, filled with spare tiles where it is not full), tiles whose 4 x 6 input reads
-    padding, tiles with pixels not written (past the output's last row or column, or outside the
-    call's share); blocks of 16 channels (partial, several) and their epilogue (whole blocks
-    fused, two pixels at a time; else 8 lanes, or scalar)."""
+    call, or per block of tiles where U passes 1.25 MB; the rows of tiles (2 or 4 output rows x 4
+    columns) that hold a call's pixels, in blocks of b8_winograd_block_tiles (several) and groups
+    of 6 (the last of 4 where 1-4 remain, filled with spare tiles where it is not full), tiles whose
+    (rows + 2) x 6 input reads padding, tiles with pixels not written (past the output's last row
+    or column, or outside the call's share); blocks of 16 channels (partial, several) and their
+    epilogue (whole blocks fused, two pixels at a time; else 8 lanes, or scalar)."""
     cout, _, _, cin = case["weight"].shape
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
@@ -553,7 +553,7 @@ def call_conv2d(lib, case: dict):
     out = np.full((n, oh, ow, cout), case["fill"], np.int8)
     conv = ConvParams(*case["strides"], *case["padding"], *case["dilation"], groups, case["pad_value"])
     filter_dims = Dims(*weight.shape)
-    # The rows a thread's share should come in: Winograd's tiles of 2 where the build takes it.
+    # The rows a thread's share should come in: Winograd's tiles of 2 or 4 where the build takes it.
     rows = lib.b8_conv2d_s8_row_block(conv, filter_dims)
     expected_rows = winograd_rows(case["weight"].shape[3]) if "winograd" in conv2d_paths(case, lib.variant) else 1
     assert rows == expected_rows, f"b8_conv2d_s8_row_block {rows}, expected {expected_rows}"

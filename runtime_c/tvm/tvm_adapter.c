@@ -105,8 +105,8 @@ static int b8_conv_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   /* Few pixels (a 7x7 output: 25 + 24 on two tasks): whole blocks of output channels per task,
    * over all pixels, where there are blocks enough; then no task computes a partial row of tiles,
    * and each reads only its channels' weights: ResNet-18's 7x7 layers 1.1x on two threads (AVX-VNNI
-   * build). On the Winograd path (tiles of 2 or 4 rows), where each task transforms the filter for its
-   * own tiles, up to twice as many: its 14x14 x 256 layers 1.13x (AVX2 build). More pixels split
+   * build). On the Winograd path (tiles of 2 or 4 rows), where each task transforms the filter for
+   * its own tiles, up to twice as many: its 14x14 x 256 layers 1.13x (AVX2 build). More pixels split
    * by pixels: the input's transform, or the patches, would be made by every task, and the next
    * operation (an add, by bytes) would read more of what the other core wrote; so do blocks that
    * split unevenly (MobileNetV2's 160 channels, 5 blocks of 32: 3 + 2 would be more work per task
