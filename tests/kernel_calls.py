@@ -408,9 +408,14 @@ def winograd_rows(cin: int) -> int:
     return 4 if cin <= 224 else 2
 
 
+def _winograd_positions(cin: int) -> int:
+    """The positions of a Winograd tile (b8_winograd_positions): (rows + 2) x 6."""
+    return (winograd_rows(cin) + 2) * 6
+
+
 def _winograd_whole_u(cout: int, cin: int) -> bool:
-    """U ((rows + 2) x 6 positions x int16 per weight) made once per call: at most 1.25 MB."""
-    return 2 * (winograd_rows(cin) + 2) * 6 * -(-cout // 16) * 16 * cin <= 1280 * 1024
+    """U (positions x int16 per weight) made once per call: at most 1.25 MB."""
+    return 2 * _winograd_positions(cin) * -(-cout // 16) * 16 * cin <= 1280 * 1024
 
 
 def _winograd_conv2d_paths(case: dict) -> set[str]:
@@ -427,7 +432,7 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
     top, left = case["padding"]
     whole_u = _winograd_whole_u(cout, cin)
     rows = winograd_rows(cin)
-    block = min(48, max(6, (192 if whole_u else 480) * 1024 // (2 * (rows + 2) * 6 * cin) // 6 * 6))
+    block = min(48, max(6, (192 if whole_u else 480) * 1024 // (2 * _winograd_positions(cin) * cin) // 6 * 6))
     tiles_w, tiles_h = -(-ow // 4), -(-oh // rows)
     paths = {"winograd", f"winograd tiles of {rows} rows"} | (set() if whole_u else {"filter per tile block"})
     for begin, end in [(0, n * oh * ow)] if case.get("pixels") is None else case["pixels"]:

@@ -94,8 +94,9 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
 /* 3x3, stride 1, no dilation, groups 1, input channels a multiple of 16 up to 896. With AVX-VNNI
  * (vpdpbusd does the direct path's 32 products per instruction, vpdpwssd Winograd's 16 for 64)
  * only tiles of 4 rows where U is made once per call: ResNet-18's 3x3 layers on 64 and 128
- * channels 1.12-1.2x faster by tiles of 2 rows there, 1.2-1.4x by tiles of 4 (U whole); on 256
- * 0.98x by tiles of 2, on 512 at 7x7 0.72x. */
+ * channels 1.12-1.2x faster than the direct tiles by tiles of 2 rows, and tiles of 4 (U whole)
+ * 1.21x and 1.14x faster again; on 256 0.98x by tiles of 2, 0.93x by tiles of 4, on 512 at 7x7
+ * 0.72x and 0.70x. */
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   return conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
          conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
