@@ -15,6 +15,13 @@ Printed per thread count: each call (or the --top slowest) with its op, shapes, 
 model's time, GMAC/s (convolution and dense MACs), and a summary per op kind; the header
 compares the model's time with its regions' (the rest is the VM's: host ops, tensors) and with
 the timed calls' (the rest: argument checks, the arena, int8 copies).
+
+--ort also profiles ONNX Runtime's static QDQ int8 model with uint8 activations (as
+bench_models.py builds it, on the same calibration inputs and input) with its own per-node profiler,
+at each thread count, and sets its convolutions, dense layers and adds beside byoc-int8's, matched
+in order: per layer shape the summed ms of both and their ratio, the layers that lose most first
+(--ort-isa avx2 / avxvnni as in bench_models.py: ONNX Runtime's AVX2 or AVX-VNNI kernels on a CPU
+with AVX-512; pick --simd to match).
 """
 
 from __future__ import annotations
@@ -116,12 +123,20 @@ def main() -> None:
                         help="the number format's weight width (7: the AVX2 kernels' offset form)")
     parser.add_argument("--batch", type=int, default=1,
                         help="images per run (default 1); every figure is per image (a run's time / batch)")
+    parser.add_argument("--ort", action="store_true",
+                        help="also ONNX Runtime's u8 int8 model, per node, beside byoc-int8's layers")
+    parser.add_argument("--ort-isa", choices=("native", "avx2", "avxvnni"), default="native",
+                        help="with --ort: the kernels ONNX Runtime sees (bench_models.py --ort-isa)")
     args = parser.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",") if t})
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
     all_cpus = set(os.sched_getaffinity(0))
 
     sys.path.insert(0, str(HERE))
+    if args.ort and args.ort_isa != "native":
+        import ort_isa  # before onnxruntime is imported (by torch's exporter, too)
+
+        ort_isa.import_onnxruntime_avx2(keep_avx_vnni=args.ort_isa == "avxvnni")
     import torch
     import tvm
     from bench_models import make_model
@@ -235,7 +250,74 @@ def main() -> None:
                 gmacs = f"{r[3] / ms / 1e6:.1f}" if r[3] else ""
                 print(f"| {r[2]} | {ms:.4f} | {100 * ms / model_ms:.1f}% | {gmacs} |")
             print()
+            if args.ort:
+                ours = [(r[1], r[2].split(None, 1)[1], med[r[0]]) for r in kernel_rows if r[1] in ORT_OPS]
+                print_against_ort(ours, ort_nodes(model, calib, x, n, args.blocks * args.runs, args.batch), n,
+                                  args.all)
         del main_fn, tensor, compiled
+
+
+# byoc-int8's kernel calls and the ONNX Runtime nodes that do their work.
+ORT_OPS = {"conv": "QLinearConv", "dense": "QGemm", "add": "QLinearAdd"}
+
+
+def ort_nodes(model, calib, x, threads: int, runs: int, batch: int) -> list[tuple[str, float]]:
+    """ONNX Runtime's u8 QDQ model (bench_models.ort_models) run `runs` times on `threads` threads
+    with its profiler: (op type, median ms per image) of each node, in the order they ran."""
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+    from bench_models import ort_models
+
+    with tempfile.TemporaryDirectory() as workdir:
+        path = ort_models(model, calib, x, workdir)["ort-u8"]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(workdir, "profile")
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        warm_up = 3
+        for _ in range(warm_up + runs):
+            session.run(None, {"input": x})
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    times: dict[str, list[float]] = defaultdict(list)
+    kinds: dict[str, str] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            node = event["name"][: -len("_kernel_time")]
+            times[node].append(event["dur"] / 1000 / batch)  # "dur": microseconds per run
+            kinds[node] = event["args"]["op_name"]
+    return [(kinds[node], statistics.median(d[warm_up:])) for node, d in times.items()]
+
+
+def print_against_ort(ours: list[tuple[str, str, float]], theirs: list[tuple[str, float]], threads: int,
+                      every: bool) -> None:
+    """byoc-int8's calls (kind, description, ms) beside ONNX Runtime's nodes of those kinds, in order."""
+    theirs = [(kind, ms) for kind, ms in theirs if kind in ORT_OPS.values()]
+    if [ORT_OPS[kind] for kind, _, _ in ours] != [kind for kind, _ in theirs]:
+        print(f"ONNX Runtime's nodes ({len(theirs)} convolutions, dense layers and adds) do not match "
+              f"byoc-int8's calls ({len(ours)}) in order: no comparison\n")
+        return
+    ours_ms, theirs_ms = sum(ms for _, _, ms in ours), sum(ms for _, ms in theirs)
+    print(f"#### against ONNX Runtime int8 (u8 activations, its per-node profile), {threads} "
+          f"thread{'s' * (threads > 1)}: these layers {ours_ms:.3f} ms per image, ONNX Runtime's {theirs_ms:.3f} "
+          f"({ours_ms / theirs_ms:.2f}x)\n")
+    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for (_, description, ms), (_, ort_ms) in zip(ours, theirs):
+        group = groups[description if not every else f"{len(groups)} {description}"]
+        group[0] += 1
+        group[1] += ms
+        group[2] += ort_ms
+    print("| layer | calls | byoc-int8 ms | ONNX Runtime ms | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    order = groups.items() if every else sorted(groups.items(), key=lambda kv: kv[1][2] - kv[1][1])
+    for description, (count, ms, ort_ms) in order:
+        print(f"| {description} | {count} | {ms:.4f} | {ort_ms:.4f} | {ms / ort_ms:.2f} |")
+    print()
 
 
 if __name__ == "__main__":

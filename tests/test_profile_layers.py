@@ -42,3 +42,20 @@ def test_profile_per_image_of_a_batch(single_images):
         assert macs[0] == macs[1] and float(macs[0]) > 0.0005, model
     assert "conv 7x7 s2 g1 [3, 3, 224, 224] -> [3, 64, 112, 112]" in batched
     assert re.search(r"\| +\d+ dense \[3, 256\] -> \[3, 10\] \|", batched)
+
+
+def test_profile_beside_onnxruntime_per_node():
+    """--ort: ONNX Runtime's own per-node profile of its u8 model (on its AVX2 kernels here, the
+    import order that hides AVX-512 from it included) beside byoc-int8's layers: each of seed002's
+    two convolutions and its dense layer once, both times positive, the header's sums theirs."""
+    text = _profile("--models", "seed002", "--threads", "1", "--simd", "avx2", "--ort", "--ort-isa", "avx2")
+    header = re.search(r"#### against ONNX Runtime int8 .*1 thread: these layers ([0-9.]+) ms per image, "
+                       r"ONNX Runtime's ([0-9.]+) \(([0-9.]+)x\)", text)
+    assert header, text[-3000:]
+    rows = re.findall(r"^\| (?:\d+ )?((?:conv|dense) [^|]+) \| (\d+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
+                      text[header.end():], re.M)
+    assert sorted(r[0].split(" [")[0] for r in rows) == ["conv 5x5 s1 g1"] * 2 + ["dense"], rows
+    assert all(r[1] == "1" and float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+    ours, theirs = (sum(float(r[k]) for r in rows) for k in (2, 3))
+    assert abs(ours - float(header.group(1))) < 0.002 and abs(theirs - float(header.group(2))) < 0.002
+    assert abs(float(header.group(3)) - ours / theirs) < 0.02 * ours / theirs + 0.005
