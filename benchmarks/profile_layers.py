@@ -21,7 +21,9 @@ bench_models.py builds it, on the same calibration inputs and input) with its ow
 at each thread count, and sets its convolutions, dense layers and adds beside byoc-int8's, matched
 in order: per layer shape the summed ms of both and their ratio, the layers that lose most first
 (--ort-isa avx2 / avxvnni as in bench_models.py: ONNX Runtime's AVX2 or AVX-VNNI kernels on a CPU
-with AVX-512; pick --simd to match).
+with AVX-512; pick --simd to match). ONNX Runtime runs after byoc-int8 at each thread count, not
+alternated with it: a slow phase of the machine may hit one of them only; bench_models.py gives the
+models' ratio.
 """
 
 from __future__ import annotations
