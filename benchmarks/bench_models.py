@@ -419,12 +419,7 @@ def main() -> None:
     if args.ort_isa != "native":
         import ort_isa
 
-        try:
-            hidden_isa = ort_isa.import_onnxruntime_avx2(keep_avx_vnni=args.ort_isa == "avxvnni")
-        except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as err:
-            # no cc or objdump, no onnxruntime, or a library unlike 1.32's
-            detail = (getattr(err, "stderr", None) or "").strip().splitlines()
-            parser.error(f"--ort-isa {args.ort_isa}: {err}" + (f" ({detail[-1]})" if detail else ""))
+        hidden_isa = ort_isa.import_for_option(parser, args.ort_isa)
 
     import torch
 

@@ -16,6 +16,7 @@ onnxruntime.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import ctypes
 import importlib
@@ -112,3 +113,13 @@ def import_onnxruntime_avx2(keep_avx_vnni: bool = False) -> HiddenIsa:
     if Path(module.__file__).parent != package:
         raise RuntimeError(f"imported {module.__file__}, not the patched copy in {package}")
     return HiddenIsa(module, libraries[0], patched, handler)
+
+
+def import_for_option(parser: argparse.ArgumentParser, isa: str) -> HiddenIsa:
+    """`import_onnxruntime_avx2` for a script's ``--ort-isa avx2|avxvnni``; what stops it (no cc or
+    objdump, no onnxruntime, a library unlike 1.32's) ends the script as the parser's usage error."""
+    try:
+        return import_onnxruntime_avx2(keep_avx_vnni=isa == "avxvnni")
+    except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as err:
+        detail = (getattr(err, "stderr", None) or "").strip().splitlines()
+        parser.error(f"--ort-isa {isa}: {err}" + (f" ({detail[-1]})" if detail else ""))

@@ -131,6 +131,10 @@ def main() -> None:
                         help="with --ort: the kernels ONNX Runtime sees (bench_models.py --ort-isa)")
     args = parser.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",") if t})
+    if not threads or min(threads) < 1 or args.blocks < 1 or args.runs < 1 or args.batch < 1 or args.top < 1:
+        parser.error("thread counts, --blocks, --runs, --batch and --top must be positive")
+    if args.ort_isa != "native" and not args.ort:
+        parser.error(f"--ort-isa {args.ort_isa} takes effect with --ort only")
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
     all_cpus = set(os.sched_getaffinity(0))
 
@@ -138,7 +142,7 @@ def main() -> None:
     if args.ort and args.ort_isa != "native":
         import ort_isa  # before onnxruntime is imported (by torch's exporter, too)
 
-        ort_isa.import_onnxruntime_avx2(keep_avx_vnni=args.ort_isa == "avxvnni")
+        ort_isa.import_for_option(parser, args.ort_isa)
     import torch
     import tvm
     from bench_models import make_model

@@ -1,0 +1,33 @@
+"""The benchmark scripts' command lines: what they cannot do ends as a usage error (exit status 2,
+one line naming the option), before any model is built, never as a traceback."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _usage_error(script: str, *args: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})), timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    return out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("script, options", [("bench_models.py", ()), ("profile_layers.py", ("--ort",))])
+def test_ort_isa_without_a_c_compiler(tmp_path, script, options):
+    """ONNX Runtime's AVX2 kernels need the CPUID handler built by cc: without one, the option says so."""
+    missing = tmp_path / "no-such-cc"
+    line = _usage_error(script, *options, "--ort-isa", "avx2", env={"CC": str(missing)})
+    assert line.startswith(f"{script}: error: --ort-isa avx2: ") and str(missing) in line, line
+
+
+def test_profile_layers_options():
+    assert _usage_error("profile_layers.py", "--ort-isa", "avxvnni").endswith(
+        "--ort-isa avxvnni takes effect with --ort only")
+    for bad in (("--threads", "0"), ("--runs", "0"), ("--batch", "0"), ("--top", "-1")):
+        assert "must be positive" in _usage_error("profile_layers.py", *bad), bad
