@@ -29,10 +29,11 @@
  * |U| <= 12 x 12 x 128 = 18432 (the row sums of G4 are 6, 12, 12, 7, 7, 12), |V| <= 10 x 10 x 128 =
  * 12800, and Y is 576 x the 4 x 4 block of sum(x * w).
  * Every step adds and multiplies integers, so Y is exact modulo 2^32 whatever the intermediate
- * sums wrap to. With 48 x sum, Y / 16 is 3 x sum modulo 2^28, and times the inverse of 3 modulo
- * 2^32 the sum modulo 2^28, which is the sum itself while |sum| < 2^27: 9 x c x 128 x 128 for c <=
- * 896 input channels. With 576 x sum, Y / 64 and the inverse of 9 give the sum modulo 2^26, the
- * sum while |sum| < 2^25: c <= 224. Bit for bit the direct convolution's sum.
+ * sums wrap to. With 48 x sum, Y times the inverse of 3 modulo 2^32 is 16 x sum modulo 2^32,
+ * which is 16 x sum itself in int32 while |sum| < 2^27 (9 x c x 128 x 128 for c <= 896 input
+ * channels), and an arithmetic shift by 4 leaves the sum. With 576 x sum, the inverse of 9 gives
+ * 64 x sum, exact while |sum| < 2^25 (c <= 224), and a shift by 6 the sum. Bit for bit the direct
+ * convolution's sum.
  *
  * Work. The packed filter is the int8 one, 16 output channels x 9 taps per pair of input
  * channels (vpmaddwd's order once widened); a call transforms it into U (int16, [positions][c / 2]
@@ -361,14 +362,13 @@ B8_INLINE void b8_winograd_output_rows(const int32_t* m, int64_t stride, __m256i
     }
     for (int32_t r = 0; r < rows; ++r) b8_wg_a4(s[r], last, &y[h][4 * r]); /* (A^T M) A4 */
   }
-  /* The sums are 48 (or 576) x the convolution's modulo 2^32: a shift by 4 (6) leaves 3 (9) x the
-   * sum modulo 2^28 (2^26), times the inverse of 3 (9) modulo 2^32 the sum in the low 28 (26)
-   * bits, sign-extended. */
+  /* The sums are 48 (or 576) x the convolution's modulo 2^32: times the inverse of 3 (9) modulo
+   * 2^32, 16 (64) x the sum modulo 2^32, which is 16 (64) x the sum itself in int32 while |sum| <
+   * 2^27 (2^25); an arithmetic shift by 4 (6) leaves the sum. */
   const int32_t bits = rows == 4 ? 6 : 4;
   const __m256i inverse = _mm256_set1_epi32(rows == 4 ? (int32_t)0x38E38E39u : (int32_t)0xAAAAAAABu);
   for (int32_t i = 0; i < 4 * rows; ++i) {
-#define B8_WG_DIVIDE(x) \
-  _mm256_srai_epi32(_mm256_slli_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(x, bits), inverse), bits), bits)
+#define B8_WG_DIVIDE(x) _mm256_srai_epi32(_mm256_mullo_epi32(x, inverse), bits)
     y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE(y[0][i]), bias0);
     y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE(y[1][i]), bias1);
 #undef B8_WG_DIVIDE
@@ -427,6 +427,18 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
     /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
     const int32_t rest = count % B8_WG_GROUP, slots = count - rest + (rest == 0 ? 0 : rest > 4 ? 6 : 4);
+    /* Per tile, the output offsets of its pixels that this call writes (-1: not written), worked
+     * out once for all the blocks of 16 output channels. */
+    int64_t where[B8_WG_MAX_TILES][B8_WG_MAX_PIXELS];
+    for (int32_t t = 0; t < count; ++t) {
+      const int64_t row = first_row + (first + t) / tiles_w;
+      const int32_t ox = 4 * (int32_t)((first + t) % tiles_w), oy = rows * (int32_t)(row % tiles_h);
+      for (int32_t i = 0; i < tile_pixels; ++i) {
+        const int32_t y = oy + i / 4, x = ox + i % 4;
+        const int64_t pixel = row / tiles_h * image_pixels + (int64_t)y * out_w + x;
+        where[t][i] = y < out_h && x < out_w && pixel >= begin && pixel < end ? pixel * out_c : -1;
+      }
+    }
     for (int32_t t = 0; t < slots; ++t) {
       if (t >= count) { /* the last group's spare tiles: zeros, whose results are never written */
         for (int32_t p = 0; p < positions; ++p) memset(v + p * position + (int64_t)t * c, 0, (size_t)c * 2);
@@ -461,15 +473,8 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       const __m256i bias0 = _mm256_loadu_si256((const __m256i*)(start + oc0));
       const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
       for (int32_t t = 0; t < count; ++t) {
-        const int64_t row = first_row + (first + t) / tiles_w;
-        const int32_t ox = 4 * (int32_t)((first + t) % tiles_w), oy = rows * (int32_t)(row % tiles_h);
         int8_t* out[B8_WG_MAX_PIXELS]; /* the tile's pixels this call writes, or NULL */
-        for (int32_t i = 0; i < tile_pixels; ++i) {
-          const int32_t y = oy + i / 4, x = ox + i % 4;
-          out[i] = NULL;
-          const int64_t pixel = row / tiles_h * image_pixels + (int64_t)y * out_w + x;
-          if (y < out_h && x < out_w && pixel >= begin && pixel < end) out[i] = output + pixel * out_c + oc0;
-        }
+        for (int32_t i = 0; i < tile_pixels; ++i) out[i] = where[t][i] < 0 ? NULL : output + where[t][i] + oc0;
         __m256i y[2][B8_WG_MAX_PIXELS]; /* channels 0-7 and 8-15 of the tile's pixels */
         b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias0, bias1, y, rows);
         if (fused) {
