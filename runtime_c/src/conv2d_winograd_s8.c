@@ -36,11 +36,12 @@
  * convolution's sum.
  *
  * Work. The packed filter is the int8 one, 16 output channels x 9 taps per pair of input
- * channels (vpmaddwd's order once widened); a call transforms it into U (int16, [positions][c / 2]
- * [16 channels][2]: vpmaddwd's pairs), all of it once where it is small (b8_winograd_whole_u), else
- * 16 output x 32 input channels at a time (B8_WG_PIECE) for each block of tiles: U is 24 / 9 x 2
- * bytes per weight for tiles of 2 rows (36 / 9 x 2 for 4), 5.3x the filter, and read from memory it
- * made a 3x3 layer on 512 channels at 7x7 pixels wait on the memory. Tiles of rows x 4 output
+ * channels (vpmaddwd's order once widened), transformed into U (int16, [positions][c / 2]
+ * [16 channels][2]: vpmaddwd's pairs): where U is small (b8_winograd_whole_u), all of it once, by
+ * the packing, after the int8 filter; else by each call, 16 output x 32 input channels at a time
+ * (B8_WG_PIECE) for each block of tiles: U is 24 / 9 x 2 bytes per weight for tiles of 2 rows
+ * (36 / 9 x 2 for 4), 5.3x the filter, and read from memory it made a 3x3 layer on 512 channels at
+ * 7x7 pixels wait on the memory. Tiles of rows x 4 output
  * pixels in blocks of up to b8_winograd_block_tiles: a block's V (int16, [positions][tiles][c]) is
  * made once; then, per 16 output channels, per position, V times that position's U by 6 tiles x
  * 16 channels at a time (12 accumulators), into M ([positions][tiles][16] int32); then per tile
@@ -55,9 +56,11 @@
 #if B8_WINOGRAD
 /* Tiles per GEMM step; output channels per block; the bytes of V a block may take (192 KB: the
  * 128-channel layers' tiles of 4 rows 1.04x faster than with 96), and the most tiles a block has;
- * the U a call transforms whole (1.25 MB: ResNet's 128-channel layers' 1.18 MB for tiles of 4 rows,
- * 1.07x faster than made per block), and the V budget then used for U made per block (fewer
- * blocks, fewer transforms); the packed filter's last int32. */
+ * the U that the packing transforms whole (1.25 MB: ResNet's 128-channel layers' 1.18 MB for tiles
+ * of 4 rows, 1.07x faster than made per block when each call transformed it whole; on 256
+ * channels, tiles of 2 rows, its 3.1 MB whole ran 1.03-1.07x with AVX2 for that much more memory
+ * per layer, and AVX-VNNI's direct tiles stayed faster), and the V budget then used for U made
+ * per block (fewer blocks, fewer transforms); the packed filter's marker. */
 enum { B8_WG_GROUP = 6, B8_WG_CHANNELS = 16, B8_WG_V_BYTES = 192 * 1024, B8_WG_MAX_TILES = 48 };
 enum { B8_WG_U_WHOLE = 1280 * 1024, B8_WG_V_BIG = 480 * 1024 };
 /* A tile's most output pixels (4 x 4); input channels at most (the exact division's bound), and
@@ -86,8 +89,8 @@ int32_t b8_winograd_rows(const b8_dims* filter_dims) {
   return filter_dims->c <= B8_WG4_MAX_C ? 4 : 2;
 }
 
-/* Whether a call transforms the whole filter once (else a piece of B8_WG_PIECE input channels at
- * a time, for each block of tiles and of 16 output channels). */
+/* Whether the packing transforms the whole filter once (else each call, a piece of B8_WG_PIECE
+ * input channels at a time, for each block of tiles and of 16 output channels). */
 static int b8_winograd_whole_u(const b8_dims* filter_dims) {
   return b8_winograd_u_bytes(filter_dims, b8_winograd_rows(filter_dims)) <= B8_WG_U_WHOLE;
 }
@@ -113,34 +116,54 @@ static int32_t b8_winograd_block_tiles(const b8_dims* filter_dims) {
   return tiles < B8_WG_GROUP ? B8_WG_GROUP : tiles > B8_WG_MAX_TILES ? B8_WG_MAX_TILES : tiles;
 }
 
+/* The int8 filter's bytes in the packed filter (a multiple of 64), the marker at their end. */
+static int64_t b8_winograd_int8_bytes(const b8_dims* filter_dims) {
+  return (int64_t)9 * b8_winograd_channels(filter_dims) * filter_dims->c;
+}
+
+/* The int8 filter and its marker, then, where U is transformed whole, U from the next 64 bytes. */
 int32_t b8_winograd_packed_size(const b8_dims* filter_dims) {
-  return 9 * b8_winograd_channels(filter_dims) * filter_dims->c + 4;
+  const int64_t int8_bytes = b8_winograd_int8_bytes(filter_dims);
+  if (!b8_winograd_whole_u(filter_dims)) return (int32_t)(int8_bytes + 4);
+  return (int32_t)(int8_bytes + 64 + b8_winograd_u_bytes(filter_dims, b8_winograd_rows(filter_dims)));
 }
 
 int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
-  /* V, M, U (whole, or a piece's), the bias per channel and the output stage's three float
-   * constants, 64 bytes to align. */
+  /* V, M, a piece's U (where U is not in the packed filter), the bias per channel and the output
+   * stage's three float constants, 64 bytes to align. */
   const int32_t tiles = b8_winograd_block_tiles(filter_dims), c = filter_dims->c;
   const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows);
-  const int64_t u = b8_winograd_whole_u(filter_dims) ? b8_winograd_u_bytes(filter_dims, rows)
-                                                      : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE;
+  const int64_t u = b8_winograd_whole_u(filter_dims) ? 0 : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE;
   return (int32_t)(2 * positions * tiles * c + positions * tiles * B8_WG_CHANNELS * 4 + u +
                    16 * b8_winograd_channels(filter_dims) + 64);
 }
 
+static void b8_winograd_filter(const int8_t* g, int32_t pairs, int16_t* u, int64_t position, int32_t rows);
+
 /* [out_c / 16][c / 2][9 taps][16 channels][2 input channels], zero past the last channel, then
  * B8_WEIGHTS_WINOGRAD: 16 bytes of a tap widen to int16 in vpmaddwd's order (each output
- * channel's pair of input channels), so that the transform's results need no shuffles. */
+ * channel's pair of input channels), so that the transform's results need no shuffles. Where U is
+ * transformed whole (b8_winograd_whole_u), it is transformed here, once, into the packed filter
+ * after the int8 one: [out_c / 16][positions][c / 2][16 channels][2]. Transformed by each call
+ * instead (by each thread, into its scratch), ResNet-18's layers on 64 and 128 channels ran 1.05x
+ * and 1.15x slower with AVX2, 1.02x and 1.12x with AVX-VNNI. */
 void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, int8_t* packed) {
   const int32_t c = filter_dims->c, channels = b8_winograd_channels(filter_dims);
-  memset(packed, 0, (size_t)9 * channels * c);
+  const int64_t int8_bytes = b8_winograd_int8_bytes(filter_dims);
+  memset(packed, 0, (size_t)int8_bytes);
   for (int32_t oc = 0; oc < filter_dims->n; ++oc)
     for (int32_t tap = 0; tap < 9; ++tap)
       for (int32_t ic = 0; ic < c; ++ic)
         packed[((((int64_t)(oc / B8_WG_CHANNELS) * (c / 2) + ic / 2) * 9 + tap) * B8_WG_CHANNELS + oc % B8_WG_CHANNELS) * 2 +
                ic % 2] = filter[((int64_t)oc * 9 + tap) * c + ic];
   const int32_t marker = B8_WEIGHTS_WINOGRAD;
-  memcpy(packed + (int64_t)9 * channels * c, &marker, 4);
+  memcpy(packed + int8_bytes, &marker, 4);
+  if (!b8_winograd_whole_u(filter_dims)) return;
+  const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows);
+  int16_t* u = (int16_t*)(packed + int8_bytes + 64);
+  for (int32_t oc0 = 0; oc0 < channels; oc0 += B8_WG_CHANNELS)
+    b8_winograd_filter(packed + (int64_t)oc0 * 9 * c, c / 2, u + (int64_t)oc0 * positions * c,
+                       (int64_t)c * B8_WG_CHANNELS, rows);
 }
 
 /* G2 x (x0, x1, x2): 2 x F(2, 3)'s filter transform, 4 values. */
@@ -407,10 +430,11 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   int8_t* base = (int8_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   int16_t* v = (int16_t*)base;                                            /* [positions][block][c] */
   int32_t* m = (int32_t*)(base + (int64_t)2 * positions * block * c);     /* [positions][block][16] */
-  int16_t* u = (int16_t*)(m + positions * block * B8_WG_CHANNELS);       /* U, whole or a block's */
+  /* U: whole in the packed filter (b8_winograd_pack_filter), else a piece's in the scratch. */
   const int whole_u = b8_winograd_whole_u(filter_dims);
-  int32_t* start = (int32_t*)((int8_t*)u + (whole_u ? b8_winograd_u_bytes(filter_dims, rows)
-                                                     : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE));
+  int16_t* piece_u = (int16_t*)(m + positions * block * B8_WG_CHANNELS);
+  const int16_t* u = whole_u ? (const int16_t*)(packed + (int64_t)9 * channels * c + 64) : piece_u;
+  int32_t* start = (int32_t*)((int8_t*)piece_u + (whole_u ? 0 : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE));
   float* table = (float*)(start + channels);                          /* scale, offsets */
   for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
@@ -419,10 +443,6 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const int64_t position = (int64_t)block * c; /* V's int16 from one position to the next */
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
-  if (whole_u)
-    for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_WG_CHANNELS)
-      b8_winograd_filter(packed + oc0 / B8_WG_CHANNELS * filter_block, pairs, u + (int64_t)oc0 * positions * c,
-                         (int64_t)c * B8_WG_CHANNELS, rows);
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
     /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
@@ -457,7 +477,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       for (int32_t c0 = 0; c0 < c; c0 += piece) {
         const int8_t* g = packed + oc0 / B8_WG_CHANNELS * filter_block + (int64_t)c0 * 9 * B8_WG_CHANNELS;
         const int16_t* up = whole_u ? u + (int64_t)oc0 * positions * c : u;
-        if (!whole_u) b8_winograd_filter(g, piece / 2, u, u_position, rows);
+        if (!whole_u) b8_winograd_filter(g, piece / 2, piece_u, u_position, rows);
         for (int32_t p = 0; p < positions; ++p)
           for (int32_t g0 = 0; g0 < slots; g0 += B8_WG_GROUP)
             (slots - g0 >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
