@@ -307,6 +307,20 @@ B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256
   const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, e->order);
   return _mm256_min_epi8(_mm256_max_epi8(ordered, e->lo), e->hi);
 }
+
+/* b8_block_finish for a block's first 8 channels only (a layer's last 8): p's 8 int8, then q's. */
+B8_INLINE __m128i b8_block_finish_x8(const b8_block_epilogue* e, __m256i p, __m256i q) {
+  __m256i unsure = _mm256_setzero_si256();
+  __m256i y0 = b8_estimate_x8(p, &e->estimate[0], &unsure), y1 = b8_estimate_x8(q, &e->estimate[0], &unsure);
+  if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
+    y0 = b8_block_exact(e, p, 0);
+    y1 = b8_block_exact(e, q, 0);
+  }
+  /* After the packs, dwords 0 and 4 hold channels 0-3 and 4-7 of p, 1 and 5 those of q. */
+  const __m256i words = _mm256_packs_epi32(y0, y1), bytes = _mm256_packs_epi16(words, words);
+  const __m128i ordered = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5)));
+  return _mm_min_epi8(_mm_max_epi8(ordered, _mm256_castsi256_si128(e->lo)), _mm256_castsi256_si128(e->hi));
+}
 #endif
 
 /* The sum of 8 int32 lanes. */
