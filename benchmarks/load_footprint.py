@@ -2,6 +2,7 @@
 time, and peak memory of load + N runs, against ONNX Runtime's int8 session on the same model.
 
     python benchmarks/load_footprint.py [--models resnet18,mobilenet_v2] [--runs 100] [--calib 32]
+        [--simd avx2]
 
 Per model: compile time (end to end: import, calibration on --calib images, codegen, C compile),
 the .so's size next to its constants (int8 weights, int32 biases, requantization constants and
@@ -80,11 +81,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100, help="runs after loading (default 100)")
     parser.add_argument("--calib", type=int, default=32, help="calibration images (default 32)")
     parser.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
+    parser.add_argument("--simd", default=None, help="kernel build (default: the fastest this CPU runs)")
     args = parser.parse_args()
 
     import torch
     from byoc_int8 import reference
-    from byoc_int8.codegen.emit_c import footprint
+    from byoc_int8.codegen.emit_c import default_simd, footprint
     from byoc_int8.pipeline import compile_model
 
     rows = []
@@ -98,7 +100,8 @@ def main() -> None:
             np.save(x_path, x)
             library = os.path.join(tmp, f"{name}.so")
             start = time.perf_counter()
-            compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), output_path=library)
+            compiled = compile_model(model, calib, example_inputs=(torch.from_numpy(x),), output_path=library,
+                                     simd=args.simd)
             compile_s = time.perf_counter() - start
             constants = sum(footprint(q)[1] for q in reference.quantized_regions(compiled.module).values())
             size = os.path.getsize(library)
@@ -114,7 +117,8 @@ def main() -> None:
             rows.append(row)
             print(f"{name}: done", file=sys.stderr)
 
-    print(f"\nload and memory, 1 thread, {args.runs} runs after loading, {args.calib} calibration images\n")
+    print(f"\nload and memory, byoc-int8's {args.simd or default_simd()} kernels, 1 thread, {args.runs} runs after "
+          f"loading, {args.calib} calibration images\n")
     print("| model | compile s | .so MiB | constants MiB | .so / constants | load ms | first run ms | peak RSS MiB "
           "| ORT .onnx MiB | ORT load ms | ORT first run ms | ORT peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
