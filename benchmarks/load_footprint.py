@@ -86,7 +86,7 @@ def main() -> None:
 
     import torch
     from byoc_int8 import reference
-    from byoc_int8.codegen.emit_c import default_simd, footprint
+    from byoc_int8.codegen.emit_c import footprint
     from byoc_int8.pipeline import compile_model
 
     rows = []
@@ -105,7 +105,7 @@ def main() -> None:
             compile_s = time.perf_counter() - start
             constants = sum(footprint(q)[1] for q in reference.quantized_regions(compiled.module).values())
             size = os.path.getsize(library)
-            row = {"model": name, "compile_s": compile_s, "so_mib": size / 2**20, "constants_mib": constants / 2**20,
+            row = {"model": name, "kernels": compiled.kernels, "compile_s": compile_s, "so_mib": size / 2**20, "constants_mib": constants / 2**20,
                    "byoc": measure("byoc", library, args.runs, x_path)}
             if not args.no_ort:
                 workdir = os.path.join(tmp, name)
@@ -117,8 +117,9 @@ def main() -> None:
             rows.append(row)
             print(f"{name}: done", file=sys.stderr)
 
-    print(f"\nload and memory, byoc-int8's {args.simd or default_simd()} kernels, 1 thread, {args.runs} runs after "
-          f"loading, {args.calib} calibration images\n")
+    kernels = ", ".join(sorted({r["kernels"] for r in rows}))
+    print(f"\nload and memory, byoc-int8's {kernels} kernels, 1 thread, {args.runs} runs after loading, "
+          f"{args.calib} calibration images\n")
     print("| model | compile s | .so MiB | constants MiB | .so / constants | load ms | first run ms | peak RSS MiB "
           "| ORT .onnx MiB | ORT load ms | ORT first run ms | ORT peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
