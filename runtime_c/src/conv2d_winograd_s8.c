@@ -121,11 +121,13 @@ static int64_t b8_winograd_int8_bytes(const b8_dims* filter_dims) {
   return (int64_t)9 * b8_winograd_channels(filter_dims) * filter_dims->c;
 }
 
-/* The int8 filter and its marker, then, where U is transformed whole, U from the next 64 bytes. */
+/* Where U transformed whole lies in the packed filter: the next 64 bytes after the int8 filter
+ * and its marker. */
+static int64_t b8_winograd_u_offset(const b8_dims* filter_dims) { return b8_winograd_int8_bytes(filter_dims) + 64; }
+
 int32_t b8_winograd_packed_size(const b8_dims* filter_dims) {
-  const int64_t int8_bytes = b8_winograd_int8_bytes(filter_dims);
-  if (!b8_winograd_whole_u(filter_dims)) return (int32_t)(int8_bytes + 4);
-  return (int32_t)(int8_bytes + 64 + b8_winograd_u_bytes(filter_dims, b8_winograd_rows(filter_dims)));
+  if (!b8_winograd_whole_u(filter_dims)) return (int32_t)(b8_winograd_int8_bytes(filter_dims) + 4);
+  return (int32_t)(b8_winograd_u_offset(filter_dims) + b8_winograd_u_bytes(filter_dims, b8_winograd_rows(filter_dims)));
 }
 
 int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
@@ -160,7 +162,7 @@ void b8_winograd_pack_filter(const b8_dims* filter_dims, const int8_t* filter, i
   memcpy(packed + int8_bytes, &marker, 4);
   if (!b8_winograd_whole_u(filter_dims)) return;
   const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows);
-  int16_t* u = (int16_t*)(packed + int8_bytes + 64);
+  int16_t* u = (int16_t*)(packed + b8_winograd_u_offset(filter_dims));
   for (int32_t oc0 = 0; oc0 < channels; oc0 += B8_WG_CHANNELS)
     b8_winograd_filter(packed + (int64_t)oc0 * 9 * c, c / 2, u + (int64_t)oc0 * positions * c,
                        (int64_t)c * B8_WG_CHANNELS, rows);
@@ -415,7 +417,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int32_t channels = b8_winograd_channels(filter_dims), block = b8_winograd_block_tiles(filter_dims);
   const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows), tile_pixels = 4 * rows;
   int32_t marker;
-  memcpy(&marker, packed + (int64_t)9 * channels * c, 4);
+  memcpy(&marker, packed + b8_winograd_int8_bytes(filter_dims), 4);
   if (marker != B8_WEIGHTS_WINOGRAD) return B8_ERROR_ARGUMENT; /* not packed for this path */
   int64_t begin, end;
   b8_pixel_range(pixels, output_dims, &begin, &end);
@@ -433,7 +435,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   /* U: whole in the packed filter (b8_winograd_pack_filter), else a piece's in the scratch. */
   const int whole_u = b8_winograd_whole_u(filter_dims);
   int16_t* piece_u = (int16_t*)(m + positions * block * B8_WG_CHANNELS);
-  const int16_t* u = whole_u ? (const int16_t*)(packed + (int64_t)9 * channels * c + 64) : piece_u;
+  const int16_t* u = whole_u ? (const int16_t*)(packed + b8_winograd_u_offset(filter_dims)) : piece_u;
   int32_t* start = (int32_t*)((int8_t*)piece_u + (whole_u ? 0 : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE));
   float* table = (float*)(start + channels);                          /* scale, offsets */
   for (int32_t oc = 0; oc < channels; ++oc) start[oc] = bias && oc < out_c ? bias[oc] : 0;
