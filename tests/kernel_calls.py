@@ -305,20 +305,33 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         paths.add("several pixel tiles")
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
     # AVX2's corrected form runs two whole, fused blocks at a time (b8_tile_pair), two pixels per
-    # pass: a tile of at most 2 pixels takes one pass.
-    # (and each channel share from its first block: pairs while two blocks of it remain)
+    # pass: a tile of at most 2 pixels takes one pass. Each channel share goes from its first
+    # block: pairs while two blocks of it remain, its last 24 channels as a whole block and a
+    # narrow one of 8 (b8_tile_pair_narrow, whose 8 channels requantize in registers too).
     shares = channel_shares(case, tile_channels)
-    if "signed corrected" in paths and vector and any(end - begin >= 2 * tile_channels for begin, end in shares):
-        paths.add("corrected pair tile")
-        counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
-        paths |= {"corrected pair, one pass"} if any(count <= 2 for count in counts) else set()
+    pairing = "signed corrected" in paths and vector
     for begin, end in shares:
-        for oc0 in range(begin, end, tile_channels):
-            channels = min(tile_channels, end - oc0)
+        oc0 = begin
+        while oc0 < end:
+            left_over = end - oc0
+            if pairing and (left_over >= 2 * tile_channels or left_over == tile_channels + 8):
+                paths.add("corrected pair tile")
+                paths |= _epilogue_paths(case, vector, tile_channels, (16,))
+                if left_over == tile_channels + 8:
+                    paths |= {"corrected narrow pair", "whole channel tile", "partial channel tile"}
+                else:
+                    paths.add("whole channel tile")
+                oc0 += 2 * tile_channels
+                continue
+            channels = min(tile_channels, left_over)
             paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
             if variant == "avx512vnni" and channels <= 16:
                 paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
             paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,))
+            oc0 += tile_channels
+    if "corrected pair tile" in paths:
+        counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
+        paths |= {"corrected pair, one pass"} if any(count <= 2 for count in counts) else set()
     if cout > tile_channels:
         paths.add("several channel tiles")
     return paths | _share_paths(shares)

@@ -84,8 +84,9 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
               "several channel tiles", "epilogue x8", "epilogue scalar", "portable", "row of windows",
               "contiguous patch", "rows copied", "rows copied, row of windows"}
 # AVX2 only: 7-bit weights shifted, or signed inputs offset (other 7-bit weights) or in the
-# corrected form, alone or two blocks at a time (b8_tile_pair).
-AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# corrected form, alone or two blocks at a time (b8_tile_pair; a last 24 channels as 16 + 8).
+AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass",
+              "corrected narrow pair"}
 
 
 # Per build: AVX2's and AVX-VNNI's 3x3 stride-1 layers by Winograd (kernel_calls._winograd_conv2d_paths,

@@ -126,8 +126,9 @@ SIMD_PATHS = {"tile", "signed", "unsigned", "in place", "gathered", "row tail", 
               "row of windows",
               "contiguous patch", "rows copied", "rows copied, row of windows"}
 # AVX2 only: 7-bit weights shifted, or signed inputs offset (other 7-bit weights) or in the
-# corrected form, alone or two blocks at a time (b8_tile_pair).
-AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass"}
+# corrected form, alone or two blocks at a time (b8_tile_pair; a last 24 channels as 16 + 8).
+AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected pair tile", "corrected pair, one pass",
+              "corrected narrow pair"}
 # The paths of each SIMD build's convolution beyond SIMD_PATHS: AVX-VNNI's shifted weights or
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles; in both, the
 # gathered patches of signed inputs offset as they are gathered, and a tile of one pixel.
