@@ -105,8 +105,8 @@ def main() -> None:
             compile_s = time.perf_counter() - start
             constants = sum(footprint(q)[1] for q in reference.quantized_regions(compiled.module).values())
             size = os.path.getsize(library)
-            row = {"model": name, "kernels": compiled.kernels, "compile_s": compile_s, "so_mib": size / 2**20, "constants_mib": constants / 2**20,
-                   "byoc": measure("byoc", library, args.runs, x_path)}
+            row = {"model": name, "kernels": compiled.kernels, "compile_s": compile_s, "so_mib": size / 2**20,
+                   "constants_mib": constants / 2**20, "byoc": measure("byoc", library, args.runs, x_path)}
             if not args.no_ort:
                 workdir = os.path.join(tmp, name)
                 os.mkdir(workdir)

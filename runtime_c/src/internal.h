@@ -318,7 +318,8 @@ B8_INLINE __m128i b8_block_finish_x8(const b8_block_epilogue* e, __m256i p, __m2
   }
   /* After the packs, dwords 0 and 4 hold channels 0-3 and 4-7 of p, 1 and 5 those of q. */
   const __m256i words = _mm256_packs_epi32(y0, y1), bytes = _mm256_packs_epi16(words, words);
-  const __m128i ordered = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5)));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+  const __m128i ordered = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, order));
   return _mm_min_epi8(_mm_max_epi8(ordered, _mm256_castsi256_si128(e->lo)), _mm256_castsi256_si128(e->hi));
 }
 #endif
