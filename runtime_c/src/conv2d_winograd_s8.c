@@ -298,9 +298,10 @@ static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, in
 /* m[t][0, 16) (+)= sum over k < pairs of v[t][k] x u[k] for n = 6 or 4 tiles t (rows of v
  * `row` int32 apart, each a pair of int16), from m's values where `accumulate`: vpmaddwd
  * multiplies a pair of V by a pair of U per channel and sums them. 4 tiles end a block whose last
- * group has 1-4 (a 7x7 output has 8 tiles). */
+ * group has 1-4 (a 7x7 output has 8 tiles). With `fetch`, a line from `prefetch` on goes to L2
+ * per line of u read. */
 B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                                      int accumulate, const int n) {
+                                      int accumulate, const int16_t* prefetch, const int n, const int fetch) {
   __m256i acc[B8_WG_GROUP][2];
   for (int32_t t = 0; t < B8_WG_GROUP; ++t)
     for (int32_t h = 0; h < 2; ++h)
@@ -310,6 +311,10 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
   __m256i a30 = acc[3][0], a31 = acc[3][1], a40 = acc[4][0], a41 = acc[4][1], a50 = acc[5][0], a51 = acc[5][1];
   const int32_t *v0 = v, *v1 = v0 + row, *v2 = v1 + row, *v3 = v2 + row, *v4 = v3 + row, *v5 = v4 + row;
   for (int32_t k = 0; k < pairs; ++k, u += 2 * B8_WG_CHANNELS) {
+    if (fetch) {
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
+      prefetch += 2 * B8_WG_CHANNELS;
+    }
     const __m256i w0 = _mm256_loadu_si256((const __m256i*)u), w1 = _mm256_loadu_si256((const __m256i*)(u + 16));
 #if B8_USE_AVXVNNI /* vpdpwssd: the products, their pair sums and the accumulation (wrapping) */
 #define B8_WG_STEP(r, acc0, acc1)                                     \
@@ -344,13 +349,19 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
 }
 
 static void b8_winograd_gemm6(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                              int accumulate) {
-  b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, 6);
+                              int accumulate, const int16_t* prefetch) {
+  if (prefetch)
+    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, prefetch, 6, 1);
+  else
+    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, NULL, 6, 0);
 }
 
 static void b8_winograd_gemm4(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                              int accumulate) {
-  b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, 4);
+                              int accumulate, const int16_t* prefetch) {
+  if (prefetch)
+    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, prefetch, 4, 1);
+  else
+    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, NULL, 4, 0);
 }
 
 /* A4^T x (x0 .. x5): F(4, 3)'s output transform, 4 values, x5 counted `last` times (1, or 2 for
@@ -480,11 +491,15 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
         const int8_t* g = packed + oc0 / B8_WG_CHANNELS * filter_block + (int64_t)c0 * 9 * B8_WG_CHANNELS;
         const int16_t* up = whole_u ? u + (int64_t)oc0 * positions * c : u;
         if (!whole_u) b8_winograd_filter(g, piece / 2, piece_u, u_position, rows);
+        /* U whole: a position's first group of tiles also fetches the next block's U for that
+         * position into L2, a line per line of its own. */
+        const int16_t* next_u = whole_u && oc0 + B8_WG_CHANNELS < oc_end ? up + positions * u_position : NULL;
         for (int32_t p = 0; p < positions; ++p)
           for (int32_t g0 = 0; g0 < slots; g0 += B8_WG_GROUP)
             (slots - g0 >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
                 (const int32_t*)(v + p * position + (int64_t)g0 * c + c0), pairs, piece / 2, up + p * u_position,
-                m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0);
+                m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0,
+                g0 == 0 && next_u ? next_u + p * u_position : NULL);
       }
       const int32_t block_c = oc_end - oc0 < B8_WG_CHANNELS ? oc_end - oc0 : B8_WG_CHANNELS;
       /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
