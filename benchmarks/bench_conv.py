@@ -143,7 +143,16 @@ def main() -> None:
                         help="weights in [-N, N]: 63 for 7-bit weights (the AVX2 kernels' offset form)")
     parser.add_argument("--filter", default="", help="only layers whose name contains this")
     args = parser.parse_args()
+    if args.samples < 1 or args.min_ms <= 0:
+        parser.error("--samples must be positive and --min-ms above 0")
     variants = args.variant or ["avx512vnni"]
+    for variant in variants:
+        if variant not in kernel_calls.VARIANTS:
+            parser.error(f"--variant {variant}: not a kernel build (one of {', '.join(kernel_calls.VARIANTS)})")
+        for directory in [args.build_dir] + ([args.compare] if args.compare else []):
+            if not kernel_calls.library_path(directory, variant, args.rounding).exists():
+                parser.error(f"no {kernel_calls.library_path(directory, variant, args.rounding)}: build it "
+                             f"(cmake --build) or pick --build-dir / --compare / --rounding")
     peaks, peak_error = measure_peaks([1])
     if peak_error:
         sys.exit(peak_error)
