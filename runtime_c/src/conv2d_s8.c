@@ -1343,14 +1343,16 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         const int64_t first = chunk + t * B8_TILE_PIXELS;
         const int32_t count = chunk_end - first < B8_TILE_PIXELS ? (int32_t)(chunk_end - first) : B8_TILE_PIXELS;
         int8_t* out = output + first * out_c;
-        /* Large filters (read per tap): a chunk's first four tiles also fetch the next block's
-         * weights into L2, a quarter each (one line per four lines of their own), so that they do
-         * not come from memory at the pace of the multiplications. In a model the other layers'
-         * weights evict a layer's between two images: with AVX-VNNI, ResNet-18 ran 1.14x / 1.11x
-         * faster whole at 1 / 2 threads, ResNet-50 1.06-1.08x (with the Winograd tiles' prefetch
-         * of U), where a layer timed alone, its weights left in L2, gains 1.0-1.1x. The other tiles
-         * fetch nothing (made to fetch their own weights' lines, the 14x14 layers ran 0.8x). */
-        const int8_t* prefetch = per_tap && t < 4 && oc0 + B8_TILE_CHANNELS < oc_end
+        /* Large filters (read per tap), VNNI builds: a chunk's first four tiles also fetch the
+         * next block's weights into L2, a quarter each (one line per four lines of their own), so
+         * that they do not come from memory at the pace of the multiplications. In a model the
+         * other layers' weights evict a layer's between two images: with AVX-VNNI, ResNet-18 ran
+         * 1.14x / 1.11x faster whole at 1 / 2 threads, ResNet-50 1.06-1.08x (with the Winograd
+         * tiles' prefetch of U), where a layer timed alone, its weights left in L2, gains
+         * 1.0-1.1x. The other tiles fetch nothing (made to fetch their own weights' lines, the
+         * 14x14 layers ran 0.8x). The AVX2 tiles, at half the rate, gained nothing by it. */
+        const int8_t* prefetch = (B8_USE_AVX512VNNI || B8_USE_AVXVNNI) && per_tap && t < 4 &&
+                                         oc0 + B8_TILE_CHANNELS < oc_end
                                      ? w + (int64_t)(4 + t) * B8_TILE_CHANNELS * depth / 4
                                      : NULL;
 #if B8_USE_AVX512VNNI
