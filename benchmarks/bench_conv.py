@@ -132,7 +132,7 @@ def time_call(layer, lib, min_ms: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="squeezenet1_1,resnet18,resnet50")
-    parser.add_argument("--variant", action="append")
+    parser.add_argument("--variant", action="append", choices=kernel_calls.VARIANTS)
     parser.add_argument("--build-dir", default=str(ROOT / "build"))
     parser.add_argument("--compare")
     parser.add_argument("--rounding", default="tflite")
@@ -147,8 +147,6 @@ def main() -> None:
         parser.error("--samples must be positive and --min-ms above 0")
     variants = args.variant or ["avx512vnni"]
     for variant in variants:
-        if variant not in kernel_calls.VARIANTS:
-            parser.error(f"--variant {variant}: not a kernel build (one of {', '.join(kernel_calls.VARIANTS)})")
         for directory in [args.build_dir] + ([args.compare] if args.compare else []):
             if not kernel_calls.library_path(directory, variant, args.rounding).exists():
                 parser.error(f"no {kernel_calls.library_path(directory, variant, args.rounding)}: build it "

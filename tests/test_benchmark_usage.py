@@ -35,8 +35,8 @@ def test_profile_layers_options():
 
 def test_bench_conv_options(tmp_path):
     """A kernel build's name with its rounding, a build that is not there, a count of zero."""
-    assert _usage_error("bench_conv.py", "--variant", "avxvnni_tflite").endswith(
-        "--variant avxvnni_tflite: not a kernel build (one of portable, avx2, avxvnni, avx512vnni, amx)")
+    assert "argument --variant: invalid choice: 'avxvnni_tflite'" in _usage_error(
+        "bench_conv.py", "--variant", "avxvnni_tflite")
     line = _usage_error("bench_conv.py", "--variant", "avx2", "--build-dir", str(tmp_path))
     assert line.startswith(f"bench_conv.py: error: no {tmp_path / 'libbyoc_int8_kernels_avx2_tflite.so'}"), line
     assert "--samples must be positive" in _usage_error("bench_conv.py", "--samples", "0")
