@@ -5,7 +5,7 @@ alternating run by run at each thread count, so that the load of a shared machin
 alike.
 
     PYTHONPATH=. python benchmarks/ab_runtime.py --other DIR [--models mobilenet_v2,squeezenet1_1]
-        [--threads 1,2] [--blocks 6] [--runs 20] [--simd avx512vnni] [--weight-bits 7]
+        [--threads 1,2] [--blocks 6] [--runs 20] [--simd avx512vnni] [--weight-bits 7] [--batch 8]
 
 The other tree must split the generated module as this one does (runtime_c/tvm/tvm_adapter.h):
 both its units, the model's and the kernels', compile from it. Outputs are checked equal.
@@ -33,8 +33,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--simd", default=None)
     parser.add_argument("--weight-bits", type=int, choices=(8, 7), default=8)
+    parser.add_argument("--batch", type=int, default=1, help="images per run, compiled for (default 1)")
     args = parser.parse_args()
-    threads = sorted({int(t) for t in args.threads.split(",") if t})
+    try:
+        threads = sorted({int(t) for t in args.threads.split(",") if t})
+    except ValueError:
+        parser.error(f"--threads {args.threads}: thread counts are integers, e.g. 1,2")
+    if not threads or threads[0] < 1 or args.blocks < 1 or args.runs < 1 or args.batch < 1:
+        parser.error("thread counts, --blocks, --runs and --batch must be positive")
     os.environ["TVM_NUM_THREADS"] = str(max(threads))
     all_cpus = set(os.sched_getaffinity(0))
     sys.path.insert(0, str(HERE))
@@ -49,12 +55,13 @@ def main() -> None:
     this_root, other_root = emit_c.RUNTIME_C, Path(args.other).resolve() / "runtime_c"
     if not (other_root / "tvm" / "tvm_adapter.h").exists():
         sys.exit(f"{other_root}: no tvm/tvm_adapter.h; the other tree must be from the same module layout")
-    print(f"A = this tree ({this_root}), B = {other_root}; ms per image, median of {args.blocks} x {args.runs} runs\n")
+    print(f"A = this tree ({this_root}), B = {other_root}; ms per image (batch {args.batch}), median of "
+          f"{args.blocks} x {args.runs} runs\n")
     print("| model | threads | A ms | B ms | A / B |")
     print("|---|---:|---:|---:|---:|")
     for name in [m for m in args.models.split(",") if m]:
         model, shape = make_model(name)
-        x = np.random.default_rng(4321).standard_normal(shape, dtype=np.float32)
+        x = np.random.default_rng(4321).standard_normal((args.batch, *shape[1:]), dtype=np.float32)
         calib = np.random.default_rng(1234).standard_normal((16, *shape[1:]), dtype=np.float32)
         compiled = {}
         for label, root in (("A", this_root), ("B", other_root)):
@@ -89,7 +96,8 @@ def main() -> None:
                         run(label)
                         times[(label, n)].append((time.perf_counter() - start) * 1e3)
         for n in threads:
-            a, b = statistics.median(times[("A", n)]), statistics.median(times[("B", n)])
+            a = statistics.median(times[("A", n)]) / args.batch
+            b = statistics.median(times[("B", n)]) / args.batch
             print(f"| {name} | {n} | {a:.3f} | {b:.3f} | {a / b:.2f} |", flush=True)
         del mains, compiled
 

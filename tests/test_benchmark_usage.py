@@ -40,3 +40,10 @@ def test_bench_conv_options(tmp_path):
     line = _usage_error("bench_conv.py", "--variant", "avx2", "--build-dir", str(tmp_path))
     assert line.startswith(f"bench_conv.py: error: no {tmp_path / 'libbyoc_int8_kernels_avx2_tflite.so'}"), line
     assert "--samples must be positive" in _usage_error("bench_conv.py", "--samples", "0")
+
+
+def test_ab_runtime_options(tmp_path):
+    """Counts of zero and thread counts that are not numbers, before any tree is read."""
+    for bad in (("--threads", "0"), ("--blocks", "0"), ("--runs", "0"), ("--batch", "0")):
+        assert "must be positive" in _usage_error("ab_runtime.py", "--other", str(tmp_path), *bad), bad
+    assert "thread counts are integers" in _usage_error("ab_runtime.py", "--other", str(tmp_path), "--threads", "a")
