@@ -19,6 +19,7 @@ import base64
 import ctypes
 import io
 import math
+import os
 import pickle
 import sys
 import zlib
@@ -208,8 +209,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
         return {"portable"} | _share_paths(channel_shares(case, 1))
     if variant == "amx":  # patches of 32 bytes or more on AMX tiles, shorter ones on the VNNI tiles
         return _amx_conv2d_paths(case) if np.prod(weight.shape[1:]) >= 32 else conv2d_paths(case, "avx512vnni")
-    if variant in ("avx2", "avxvnni") and winograd_suits(case, variant):
-        return _winograd_conv2d_paths(case)
+    if winograd_suits(case, variant):
+        return _winograd_conv2d_paths(case, variant)
     tile_pixels, tile_channels = TILES[variant]
     cout, kh, kw, cin = weight.shape
     n, h, w = case["x"].shape[:3]
@@ -406,14 +407,33 @@ def _amx_conv2d_paths(case: dict) -> set[str]:
 
 
 def winograd_suits(case: dict, variant: str = "avx2") -> bool:
-    """Whether the AVX2 or AVX-VNNI build convolves by Winograd's F(4x4, 3x3) or F(2x4, 3x3)
-    (conv2d_winograd_s8.c, b8_winograd_suits): groups 1, a 3x3 kernel, stride and dilation 1,
-    input channels a multiple of 16, at most 896; with AVX-VNNI only tiles of 4 rows where U is
-    made once per call (at most 1.25 MB)."""
+    """Whether the AVX2, AVX-VNNI or AVX-512 VNNI build convolves by Winograd's F(4x4, 3x3) or
+    F(2x4, 3x3) (conv2d_winograd_s8.c, b8_winograd_suits): groups 1, a 3x3 kernel, stride and
+    dilation 1, input channels a multiple of 16, at most 896; with VNNI only tiles of 4 rows where
+    U is made once per call (at most 1.25 MB), and the AVX-512 VNNI build only where
+    avx512_winograd()."""
+    if variant not in ("avx2", "avxvnni", "avx512vnni"):
+        return False
     cout, kh, kw, cin = case["weight"].shape
     return (case["groups"] == 1 and (kh, kw) == (3, 3) and tuple(case["strides"]) == (1, 1)
             and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and cin <= 896
-            and (variant == "avx2" or (winograd_rows(cin) == 4 and _winograd_whole_u(cout, cin))))
+            and (variant == "avx2" or (winograd_rows(cin) == 4 and _winograd_whole_u(cout, cin)))
+            and (variant != "avx512vnni" or avx512_winograd()))
+
+
+def avx512_winograd() -> bool:
+    """Whether the AVX-512 VNNI build takes its Winograd path in a process started now
+    (b8_winograd_wanted, decided once per process): BYOC_INT8_WINOGRAD=1 or 0 where set, else on
+    AMD's family 19h (Zen 4), whose cores multiply 512-bit vectors at half the rate of 256-bit ones."""
+    setting = os.environ.get("BYOC_INT8_WINOGRAD")
+    if setting in ("0", "1"):
+        return setting == "1"
+    cpuinfo = Path("/proc/cpuinfo")
+    fields = {}  # the first processor's
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
 
 
 def winograd_rows(cin: int) -> int:
@@ -431,14 +451,15 @@ def _winograd_whole_u(cout: int, cin: int) -> bool:
     return 2 * _winograd_positions(cin) * -(-cout // 16) * 16 * cin <= 1280 * 1024
 
 
-def _winograd_conv2d_paths(case: dict) -> set[str]:
-    """conv2d_paths of the AVX2 and AVX-VNNI builds' Winograd path: its filter transformed once per
+def _winograd_conv2d_paths(case: dict, variant: str) -> set[str]:
+    """conv2d_paths of the Winograd path: its filter transformed once per
     call, or per block of tiles where U passes 1.25 MB; the rows of tiles (2 or 4 output rows x 4
     columns) that hold a call's pixels, in blocks of b8_winograd_block_tiles (several) and groups
     of 6 (the last of 4 where 1-4 remain, filled with spare tiles where it is not full), tiles whose
     (rows + 2) x 6 input reads padding, tiles with pixels not written (past the output's last row
     or column, or outside the call's share); blocks of 16 channels (partial, several) and their
-    epilogue (whole blocks fused, two pixels at a time; else 8 lanes, or scalar)."""
+    epilogue (whole blocks fused, two pixels at a time; else 8 lanes, or scalar), in shares of the
+    build's channel blocks."""
     cout, _, _, cin = case["weight"].shape
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
@@ -468,7 +489,7 @@ def _winograd_conv2d_paths(case: dict) -> set[str]:
         row_end = last_row // tiles_h * oh * ow + min(rows * (last_row % tiles_h) + rows, oh) * ow
         paths |= {"tile partly written"} if oh % rows or ow % 4 or row_start != begin or row_end != end else set()
     vector = cout % 8 == 0 and bool(np.all(case["shift"] <= 0))
-    shares = channel_shares(case, 16)
+    shares = channel_shares(case, _channel_block(case, variant))
     for begin, end in shares:
         for oc0 in range(begin, end, 16):
             paths |= {"partial channel tile"} if end - oc0 < 16 else set()

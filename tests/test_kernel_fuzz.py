@@ -90,7 +90,8 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 
 
 # Per build: AVX2's and AVX-VNNI's 3x3 stride-1 layers by Winograd (kernel_calls._winograd_conv2d_paths,
-# AVX-VNNI's only tiles of 4 rows with the filter made once per call); AVX-VNNI
+# AVX-VNNI's only tiles of 4 rows with the filter made once per call; AVX-512 VNNI's as AVX-VNNI's where
+# this CPU takes them, kernel_calls.avx512_winograd); AVX-VNNI
 # shifts the weights or offsets signed inputs (never takes them as they are), VNNI also has narrow
 # tiles and 32-channel epilogues; both offset gathered patches of signed inputs as they gather them
 # and have a tile of one pixel.
@@ -100,7 +101,8 @@ VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"filter per tile block"}
                  "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile"}
                             | WINOGRAD_PATHS - {"winograd tiles of 2 rows"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
-                                "one-pixel tile"}}
+                                "one-pixel tile"}
+                               | (WINOGRAD_PATHS - {"winograd tiles of 2 rows"} if kernel_calls.avx512_winograd() else set())}
 # The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),
 # and the VNNI tiles of its shorter patches.
 AMX_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",

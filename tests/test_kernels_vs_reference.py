@@ -4,6 +4,7 @@ kernel build and rounding (the `kernels` fixture) with and without zero points."
 import ctypes
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections import Counter
@@ -132,8 +133,9 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # The paths of each SIMD build's convolution beyond SIMD_PATHS: AVX-VNNI's shifted weights or
 # signed inputs offset (never as they are), VNNI's shifted weights and narrow tiles; in both, the
 # gathered patches of signed inputs offset as they are gathered, and a tile of one pixel.
-# AVX2 and AVX-VNNI: 3x3 stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths;
-# with AVX-VNNI never a filter made per block of tiles, nor tiles of 2 rows).
+# AVX2 and AVX-VNNI, and AVX-512 VNNI where this CPU takes it (kernel_calls.avx512_winograd): 3x3
+# stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths; with VNNI never a filter
+# made per block of tiles, nor tiles of 2 rows).
 WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
                   "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
@@ -141,8 +143,9 @@ CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x
                                     "epilogue fused x16", "epilogue fused clamped"}
                         | WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
-                                       "one-pixel tile", "epilogue fused x16",
-                                       "epilogue fused clamped"}}
+                                       "one-pixel tile", "epilogue fused x16", "epilogue fused clamped"}
+                        | (WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"}
+                           if kernel_calls.avx512_winograd() else set())}
 # The AMX build's convolution on patches of 32 bytes or more (kernel_calls._amx_conv2d_paths):
 # its own groups of pixels and blocks of channels, patches read in place, copied or gathered.
 AMX_CONV2D_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",
@@ -156,9 +159,9 @@ def conv2d_expected_paths(variant: str) -> set[str]:
     if variant == "amx":
         # Patches under 32 bytes run on the VNNI tiles: the cases' small ones take VNNI's paths but
         # those of larger filters (per tap, its chunks; shifted weights: blocks x patch bytes of
-        # 128) or patches (rows of windows, tall kernels).
+        # 128) or patches (rows of windows, tall kernels); and no Winograd.
         small = {"per tap", "several tiles per chunk", "shifted weights", "row of windows", "tall kernel"}
-        return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small
+        return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small - WINOGRAD_PATHS
     return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
 
 
@@ -838,8 +841,9 @@ WINOGRAD_SEEDS = range(10)
 
 
 def winograd_case(seed):
-    """3x3 stride-1 convolutions on 16-512 input channels (the AVX2 and AVX-VNNI builds' Winograd
-    path: tiles of 4 rows up to 224 channels, of 2 beyond): outputs of any size up to 18 x 18 (tiles past the last row or column, several
+    """3x3 stride-1 convolutions on 16-512 input channels (the Winograd path of the AVX2 and
+    AVX-VNNI builds, and of AVX-512 VNNI where it takes it: tiles of 4 rows up to 224 channels, of 2
+    beyond): outputs of any size up to 18 x 18 (tiles past the last row or column, several
     blocks of tiles, a last group of fewer than 6), padding of 0-2 on each side (tiles reading
     padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
     and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift;
@@ -881,6 +885,32 @@ def test_conv2d_winograd(kernels, seed):
     assert "winograd" in kernel_calls.conv2d_paths(case, "avx2")
     expected = assert_matches(kernels, "conv2d", case)
     assert len(np.unique(expected)) > 3
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_avx512_winograd_follows_the_setting(kernel_build, tmp_path, monkeypatch, setting):
+    """The AVX-512 VNNI build convolves the Winograd cases by Winograd's F(4x4, 3x3) where
+    BYOC_INT8_WINOGRAD=1 (what it does unasked on a Zen 4) and on its direct tiles where it is 0
+    (what it does unasked on Intel's cores), deciding once per process (so in a fresh one here):
+    exact both ways in every rounding, with the row blocks the path model expects of the setting
+    (kernel_calls.call_conv2d checks b8_conv2d_s8_row_block)."""
+    missing = missing_cpu_features("avx512vnni")
+    if missing:
+        pytest.skip(f"the avx512vnni kernels are not tested: this CPU lacks {', '.join(sorted(missing))}")
+    monkeypatch.setenv("BYOC_INT8_WINOGRAD", setting)  # for the path model here and the fresh process
+    cases = [winograd_case(seed) for seed in WINOGRAD_SEEDS]
+    winograd = [case for case in cases if "winograd" in kernel_calls.conv2d_paths(case, "avx512vnni")]
+    assert len(winograd) == (9 if setting == "1" else 0)  # 512 channels: tiles of 2 rows, never with VNNI
+    batches = {rounding: [("conv2d", case, kernel_calls.expected("conv2d", case, rounding)) for case in cases]
+               for rounding in kernel_calls.ROUNDINGS}
+    (tmp_path / "cases.pkl").write_bytes(pickle.dumps(batches))
+    libraries = [f"{kernel_calls.library_path(kernel_build, 'avx512vnni', rounding)}:avx512vnni:{rounding}"
+                 for rounding in kernel_calls.ROUNDINGS]
+    subprocess.run([sys.executable, str(kernel_calls.ROOT / "tests" / "kernel_calls.py"), "replay",
+                    str(tmp_path / "cases.pkl"), str(tmp_path / "results.pkl"), *libraries],
+                   check=True, capture_output=True)
+    results = pickle.loads((tmp_path / "results.pkl").read_bytes())
+    assert results == {"runs": 3 * len(cases), "failures": []}
 
 
 @pytest.mark.parametrize("cin, rows", [(896, 2), (224, 4)])

@@ -272,7 +272,8 @@ B8_API void b8_conv2d_s8_pack_filter(const b8_conv_params* conv, const b8_dims* 
 B8_API int32_t b8_conv2d_s8_scratch_size(const b8_conv_params* conv, const b8_dims* filter_dims);
 /* The output rows whose multiples the kernel computes best in one call: work split over threads
  * in whole blocks of them (counted from each image's first row) avoids computing rows twice.
- * 1 for most convolutions; 2 or 4 for the AVX2 and AVX-VNNI builds' Winograd path (its tiles' rows). */
+ * 1 for most convolutions; 2 or 4 for the Winograd path (its tiles' rows) of the AVX2 and AVX-VNNI
+ * builds, and of the AVX-512 VNNI build where it takes it (AMD Zen 4, or BYOC_INT8_WINOGRAD=1). */
 B8_API int32_t b8_conv2d_s8_row_block(const b8_conv_params* conv, const b8_dims* filter_dims);
 B8_API b8_status b8_conv2d_s8(const b8_conv_params* conv, const b8_requant_params* quant,
                               const b8_dims* input_dims, const int8_t* input,

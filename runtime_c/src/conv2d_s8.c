@@ -278,10 +278,10 @@ typedef struct {
   b8_estimate_x16_params estimate[2]; /* channels 0-15 and 16-31 of the block */
   const int32_t *multiplier[2], *shift[2];
   __m512i zero_point, lo, hi, order;
-} b8_block_epilogue;
+} b8_block32_epilogue;
 
-static void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
-                                   int32_t oc0, int32_t channels, b8_block_epilogue* e) {
+static void b8_block32_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
+                                   int32_t oc0, int32_t channels, b8_block32_epilogue* e) {
   for (int32_t half = 0; half < 2; ++half) {
     const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
     e->estimate[half].scale = _mm512_loadu_ps(table + oc);
@@ -299,7 +299,7 @@ static void b8_block_epilogue_load(const b8_requant_params* quant, const float* 
 }
 
 /* The exact output stage of 16 accumulators of half h of the block, plus the zero point. */
-static __m512i b8_block_exact(const b8_block_epilogue* e, __m512i acc, int h) {
+static __m512i b8_block32_exact(const b8_block32_epilogue* e, __m512i acc, int h) {
   const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_loadu_si512((const void*)e->shift[h]));
   return _mm512_add_epi32(b8_requantize_x16(acc, _mm512_loadu_si512((const void*)e->multiplier[h]), right),
                           e->zero_point);
@@ -309,16 +309,16 @@ static __m512i b8_block_exact(const b8_block_epilogue* e, __m512i acc, int h) {
  * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The float estimate
  * does it unless a lane is unsure; then the integer path redoes all four. The int32 -> int16 ->
  * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
-B8_INLINE __m512i b8_block_finish(const b8_block_epilogue* e, __m512i a, int ha, __m512i b, int hb,
+B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
                                   __m512i c, int hc, __m512i d, int hd) {
   __mmask16 unsure = 0;
   __m512i ya = b8_estimate_x16(a, &e->estimate[ha], &unsure), yb = b8_estimate_x16(b, &e->estimate[hb], &unsure);
   __m512i yc = b8_estimate_x16(c, &e->estimate[hc], &unsure), yd = b8_estimate_x16(d, &e->estimate[hd], &unsure);
   if (__builtin_expect(unsure != 0, 0)) {
-    ya = b8_block_exact(e, a, ha);
-    yb = b8_block_exact(e, b, hb);
-    yc = b8_block_exact(e, c, hc);
-    yd = b8_block_exact(e, d, hd);
+    ya = b8_block32_exact(e, a, ha);
+    yb = b8_block32_exact(e, b, hb);
+    yc = b8_block32_exact(e, c, hc);
+    yd = b8_block32_exact(e, d, hd);
   }
   const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(ya, yb), _mm512_packs_epi32(yc, yd));
   const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
@@ -405,7 +405,7 @@ enum { B8_VNNI_SHIFTED, B8_VNNI_OFFSET, B8_VNNI_UNSIGNED };
  * channels to out (rows `stride` bytes apart); else it stores them in acc. */
 B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
                             const int8_t* w, const int32_t* terms, const int32_t* bias,
-                            int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                            int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block32_epilogue* e,
                             int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch, const int pixels,
                             const int form) {
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
@@ -484,10 +484,10 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
     if (count > (pixel) + 1)                                                                          \
       _mm256_storeu_si256((__m256i*)(out + (int64_t)((pixel) + 1) * stride), _mm512_extracti64x4_epi64(r, 1)); \
   }
-    const __m512i r0 = b8_block_finish(e, a00, 0, a01, 1, a10, 0, a11, 1);
-    const __m512i r1 = pixels > 2 ? b8_block_finish(e, a20, 0, a21, 1, a30, 0, a31, 1) : r0;
-    const __m512i r2 = pixels > 4 ? b8_block_finish(e, a40, 0, a41, 1, a50, 0, a51, 1) : r0;
-    const __m512i r3 = pixels > 6 ? b8_block_finish(e, a60, 0, a61, 1, a70, 0, a71, 1) : r0;
+    const __m512i r0 = b8_block32_finish(e, a00, 0, a01, 1, a10, 0, a11, 1);
+    const __m512i r1 = pixels > 2 ? b8_block32_finish(e, a20, 0, a21, 1, a30, 0, a31, 1) : r0;
+    const __m512i r2 = pixels > 4 ? b8_block32_finish(e, a40, 0, a41, 1, a50, 0, a51, 1) : r0;
+    const __m512i r3 = pixels > 6 ? b8_block32_finish(e, a60, 0, a61, 1, a70, 0, a71, 1) : r0;
     B8_PUT(0, r0);
     B8_PUT(2, r1);
     B8_PUT(4, r2);
@@ -514,7 +514,7 @@ B8_INLINE void b8_tile_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t se
  * channels), four pixels per 64 bytes of output. */
 B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run,
                                    const int8_t* w, const int32_t* terms, const int32_t* bias,
-                                   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block_epilogue* e,
+                                   int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS], const b8_block32_epilogue* e,
                                    int8_t* out, int32_t stride, int32_t count, const int8_t* prefetch,
                                    const int pixels, const int form) {
   const __m512i b0 = _mm512_loadu_si512((const void*)bias);
@@ -544,8 +544,8 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
 #undef B8_STEPS
 #undef B8_STEP
   if (e) {
-    const __m512i r0 = b8_block_finish(e, a0, 0, a1, 0, a2, 0, a3, 0);
-    const __m512i r1 = pixels > 4 ? b8_block_finish(e, a4, 0, a5, 0, a6, 0, a7, 0) : r0;
+    const __m512i r0 = b8_block32_finish(e, a0, 0, a1, 0, a2, 0, a3, 0);
+    const __m512i r1 = pixels > 4 ? b8_block32_finish(e, a4, 0, a5, 0, a6, 0, a7, 0) : r0;
 #define B8_PUT(pixel, r, lane) \
   if (count > (pixel)) _mm_storeu_si128((__m128i*)(out + (int64_t)(pixel) * stride), _mm512_extracti32x4_epi32(r, lane))
     B8_PUT(0, r0, 0);
@@ -576,7 +576,7 @@ B8_INLINE void b8_tile_narrow_body(const int8_t* (*segment)[B8_TILE_PIXELS], int
   const int8_t *(*segment)[B8_TILE_PIXELS], int32_t segments, int32_t run, const int8_t *w,         \
       const int32_t *terms, const int32_t *bias,                                                    \
       int32_t acc[B8_TILE_PIXELS][B8_TILE_CHANNELS],                                                 \
-      const b8_block_epilogue *e, int8_t *out, int32_t stride, int32_t count, const int8_t *prefetch
+      const b8_block32_epilogue *e, int8_t *out, int32_t stride, int32_t count, const int8_t *prefetch
 #define B8_TILE_PASS segment, segments, run, w, terms, bias, acc, e, out, stride, count, prefetch
 #define B8_TILE_ARGS(pixels) B8_TILE_PASS, pixels
 #define B8_TILE_DISPATCH(name, body, form)                                                           \
@@ -1320,8 +1320,8 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
 #if B8_USE_AVX512VNNI
       /* Whole blocks of 32 (or a last block of exactly 16) channels requantize in registers. */
       const int fused = vector_epilogue && (channels == 32 || channels == 16);
-      b8_block_epilogue e;
-      if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, channels, &e);
+      b8_block32_epilogue e;
+      if (fused) b8_block32_epilogue_load(quant, table, padded_c, oc0, channels, &e);
 #else
       /* Whole blocks of 16 channels requantize in registers. */
       const int fused = vector_epilogue && channels == 16;
@@ -1527,7 +1527,7 @@ typedef struct {
   int32_t oc0, channels, count;
 } b8_amx_step;
 
-/* A step's output stage: in registers for blocks of exactly 32 or 16 channels (b8_block_finish,
+/* A step's output stage: in registers for blocks of exactly 32 or 16 channels (b8_block32_finish,
  * two or four pixels per 64 bytes), 8 channels at a time for other multiples of 8
  * (b8_output_x8: MobileNetV2's 24-channel layers ran 15-17x slower scalar), else scalar. */
 static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quant, const float* table,
@@ -1536,13 +1536,13 @@ static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quan
   const int32_t channels = step->channels, count = step->count;
   int8_t* out = step->out;
   if (vector_epilogue && (channels == 32 || channels == 16)) {
-    b8_block_epilogue e;
-    b8_block_epilogue_load(quant, table, padded_c, step->oc0, channels, &e);
+    b8_block32_epilogue e;
+    b8_block32_epilogue_load(quant, table, padded_c, step->oc0, channels, &e);
 #define B8_ACC(p, half) _mm512_loadu_si512((const void*)(acc + (p) * B8_TILE_CHANNELS + 16 * (half)))
     if (channels == 32) {
       for (int32_t p = 0; p < count; p += 2) {
         const __m512i r =
-            b8_block_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p, 1), 1, B8_ACC(p + 1, 0), 0, B8_ACC(p + 1, 1), 1);
+            b8_block32_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p, 1), 1, B8_ACC(p + 1, 0), 0, B8_ACC(p + 1, 1), 1);
         _mm256_storeu_si256((__m256i*)(out + (int64_t)p * out_c), _mm512_castsi512_si256(r));
         if (p + 1 < count)
           _mm256_storeu_si256((__m256i*)(out + (int64_t)(p + 1) * out_c), _mm512_extracti64x4_epi64(r, 1));
@@ -1550,7 +1550,7 @@ static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quan
     } else {
       for (int32_t p = 0; p < count; p += 4) {
         int8_t bytes[64];
-        _mm512_storeu_si512((void*)bytes, b8_block_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p + 1, 0), 0, B8_ACC(p + 2, 0), 0,
+        _mm512_storeu_si512((void*)bytes, b8_block32_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p + 1, 0), 0, B8_ACC(p + 2, 0), 0,
                                                          B8_ACC(p + 3, 0), 0));
         for (int32_t q = 0; q < 4 && p + q < count; ++q) memcpy(out + (int64_t)(p + q) * out_c, bytes + 16 * q, 16);
       }

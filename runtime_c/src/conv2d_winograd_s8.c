@@ -1,5 +1,5 @@
 /* 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) or F(2x4, 3x3) in exact integer arithmetic:
- * b8_conv2d_s8's path in the AVX2 and AVX-VNNI builds (B8_WINOGRAD), for the layers
+ * b8_conv2d_s8's path in the AVX2, AVX-VNNI and AVX-512 VNNI builds (B8_WINOGRAD), for the layers
  * b8_winograd_suits names.
  *
  * Why. Without VNNI, AVX2 multiplies bytes by vpmaddubsw (unsigned x signed, pairs summed in
@@ -47,6 +47,7 @@
  * 16 channels at a time (12 accumulators), into M ([positions][tiles][16] int32); then per tile
  * A^T M A4, the division, the bias and the convolutions' output stage (b8_block_finish: two pixels'
  * 16 channels at a time). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "byoc_int8.h"
@@ -95,17 +96,50 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
   return b8_winograd_u_bytes(filter_dims, b8_winograd_rows(filter_dims)) <= B8_WG_U_WHOLE;
 }
 
-/* 3x3, stride 1, no dilation, groups 1, input channels a multiple of 16 up to 896. With AVX-VNNI
+#if B8_USE_AVX512VNNI
+/* Whether the AVX-512 VNNI build takes the Winograd path, decided once per process:
+ * BYOC_INT8_WINOGRAD=1 or 0 where set (read at the first convolution or packing), else whether
+ * the CPU is AMD's family 19h (Zen 4: Zen 3, also 19h, has no AVX-512), whose cores run a 512-bit
+ * operation as two 256-bit halves. There vpdpbusd multiplies 64 bytes a cycle on 512-bit vectors,
+ * and vpdpwssd on 256-bit ones twice 16 Winograd products, 128 direct ones' worth: ResNet-18's 3x3
+ * layers on 64 and 128 channels ran 1.45x and 1.6x faster than on the direct tiles (one Zen 4
+ * core, bench_conv.py), those on 256 and 512 0.94x and 0.57x (by tiles of 2 rows, as with
+ * AVX-VNNI below). Intel's cores with AVX-512 multiply 512-bit vectors as fast as 256-bit ones
+ * (F(2x4) on 512-bit vectors: 0.81x the direct tiles, README). */
+static int b8_winograd_wanted(void) {
+  static int state; /* 0: not asked yet, 1: yes, -1: no */
+  int wanted = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+  if (!wanted) {
+    const char* setting = getenv("BYOC_INT8_WINOGRAD");
+    const int yes = setting && (strcmp(setting, "0") == 0 || strcmp(setting, "1") == 0)
+                        ? setting[0] == '1'
+                        : __builtin_cpu_is("amd") && __builtin_cpu_is("amdfam19h");
+    wanted = yes ? 1 : -1;
+    __atomic_store_n(&state, wanted, __ATOMIC_RELEASE);
+  }
+  return wanted > 0;
+}
+#endif
+
+/* 3x3, stride 1, no dilation, groups 1, input channels a multiple of 16 up to 896. With VNNI
  * (vpdpbusd does the direct path's 32 products per instruction, vpdpwssd Winograd's 16 for 64)
- * only tiles of 4 rows where U is made once per call: ResNet-18's 3x3 layers on 64 and 128
- * channels 1.12-1.2x faster than the direct tiles by tiles of 2 rows, and tiles of 4 (U whole)
- * 1.21x and 1.14x faster again; on 256 0.98x by tiles of 2, 0.93x by tiles of 4, on 512 at 7x7
- * 0.72x and 0.70x. */
+ * only tiles of 4 rows where U is made once per call: with AVX-VNNI, ResNet-18's 3x3 layers on 64
+ * and 128 channels 1.12-1.2x faster than the direct tiles by tiles of 2 rows, and tiles of 4 (U
+ * whole) 1.21x and 1.14x faster again; on 256 0.98x by tiles of 2, 0.93x by tiles of 4, on 512 at
+ * 7x7 0.72x and 0.70x. The AVX-512 VNNI build only where b8_winograd_wanted. */
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
-  return conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
-         conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
-         filter_dims->c <= B8_WG_MAX_C &&
-         (!B8_USE_AVXVNNI || (b8_winograd_rows(filter_dims) == 4 && b8_winograd_whole_u(filter_dims)));
+  if (!(conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
+        conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
+        filter_dims->c <= B8_WG_MAX_C))
+    return 0;
+#if B8_USE_AVXVNNI || B8_USE_AVX512VNNI
+  if (!(b8_winograd_rows(filter_dims) == 4 && b8_winograd_whole_u(filter_dims))) return 0;
+#endif
+#if B8_USE_AVX512VNNI
+  return b8_winograd_wanted();
+#else
+  return 1;
+#endif
 }
 
 /* Tiles per block: V takes 2 x positions x c bytes per tile. */
@@ -316,12 +350,18 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
       prefetch += 2 * B8_WG_CHANNELS;
     }
     const __m256i w0 = _mm256_loadu_si256((const __m256i*)u), w1 = _mm256_loadu_si256((const __m256i*)(u + 16));
-#if B8_USE_AVXVNNI /* vpdpwssd: the products, their pair sums and the accumulation (wrapping) */
+#if B8_USE_AVXVNNI || B8_USE_AVX512VNNI /* vpdpwssd: the products, their pair sums and the accumulation
+                                           (wrapping); VEX-encoded with AVX-VNNI, EVEX with AVX-512 */
+#if B8_USE_AVXVNNI
+#define B8_DPWSSD _mm256_dpwssd_avx_epi32
+#else
+#define B8_DPWSSD _mm256_dpwssd_epi32
+#endif
 #define B8_WG_STEP(r, acc0, acc1)                                     \
   do {                                                                \
     const __m256i x = _mm256_set1_epi32((r)[k]);                      \
-    acc0 = _mm256_dpwssd_avx_epi32(acc0, x, w0);                      \
-    acc1 = _mm256_dpwssd_avx_epi32(acc1, x, w1);                      \
+    acc0 = B8_DPWSSD(acc0, x, w0);                                    \
+    acc1 = B8_DPWSSD(acc1, x, w1);                                    \
   } while (0)
 #else
 #define B8_WG_STEP(r, acc0, acc1)                                     \
@@ -340,6 +380,7 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
       B8_WG_STEP(v5, a50, a51);
     }
 #undef B8_WG_STEP
+#undef B8_DPWSSD
   }
   const __m256i all[B8_WG_GROUP][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
   for (int32_t t = 0; t < n; ++t) {

@@ -252,9 +252,9 @@ B8_INLINE void b8_output_s8x8(__m256i sum, const b8_estimate_x8_params* estimate
   b8_store_s8x8(out, y, lo, hi);
 }
 
-#if !B8_USE_AVX512VNNI
 /* The output stage of whole blocks of 16 channels, two pixels at a time, in registers: the AVX2
- * and AVX-VNNI tiles' and the Winograd path's (the AVX-512 VNNI build has its own, conv2d_s8.c).
+ * and AVX-VNNI tiles' and the Winograd path's (the AVX-512 VNNI tiles have their own on blocks of
+ * 32, b8_block32_finish in conv2d_s8.c).
  * b8_block_epilogue is one block's requantization, loaded once per tile: the estimate's from the
  * call's table, the exact path's from quant. */
 typedef struct {
@@ -322,7 +322,6 @@ B8_INLINE __m128i b8_block_finish_x8(const b8_block_epilogue* e, __m256i p, __m2
   const __m128i ordered = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, order));
   return _mm_min_epi8(_mm_max_epi8(ordered, _mm256_castsi256_si128(e->lo)), _mm256_castsi256_si128(e->hi));
 }
-#endif
 
 /* The sum of 8 int32 lanes. */
 B8_INLINE int32_t b8_sum_x8(__m256i v) {
@@ -525,10 +524,11 @@ B8_INLINE void b8_store_s8x16_masked(int8_t* out, __m512i v, __m512i lo, __m512i
 #endif /* B8_USE_AVX2 */
 
 /* 3x3 stride-1 convolutions by Winograd's F(4x4, 3x3) or F(2x4, 3x3) (conv2d_winograd_s8.c):
- * the AVX2 and AVX-VNNI builds' (the AVX-512 VNNI build's products cost too little to repay its
- * transforms). b8_conv2d_s8 takes it where b8_winograd_suits says so, in tiles of
- * b8_winograd_rows rows, and the packing, scratch and packed sizes follow. */
-#define B8_WINOGRAD (B8_USE_AVX2 && !B8_USE_AVX512VNNI)
+ * the AVX2 and AVX-VNNI builds', and the AVX-512 VNNI build's on CPUs that multiply 512-bit
+ * vectors at half the rate of 256-bit ones (b8_winograd_suits; not the AMX build, whose CPUs do
+ * not). b8_conv2d_s8 takes it where b8_winograd_suits says so, in tiles of b8_winograd_rows rows,
+ * and the packing, scratch and packed sizes follow. */
+#define B8_WINOGRAD (B8_USE_AVX2 && !B8_USE_AMX)
 #if B8_WINOGRAD
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims);
 int32_t b8_winograd_packed_size(const b8_dims* filter_dims);
