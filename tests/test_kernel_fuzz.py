@@ -102,7 +102,8 @@ VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"filter per tile block"}
                             | WINOGRAD_PATHS - {"winograd tiles of 2 rows"},
                  "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
                                 "one-pixel tile"}
-                               | (WINOGRAD_PATHS - {"winograd tiles of 2 rows"} if kernel_calls.avx512_winograd() else set())}
+                               | (WINOGRAD_PATHS - {"winograd tiles of 2 rows"}
+                                  if kernel_calls.avx512_winograd() else set())}
 # The AMX build's own convolution (kernel_calls._amx_conv2d_paths: patches of 32 bytes or more),
 # and the VNNI tiles of its shorter patches.
 AMX_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",

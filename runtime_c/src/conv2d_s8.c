@@ -281,7 +281,7 @@ typedef struct {
 } b8_block32_epilogue;
 
 static void b8_block32_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
-                                   int32_t oc0, int32_t channels, b8_block32_epilogue* e) {
+                                     int32_t oc0, int32_t channels, b8_block32_epilogue* e) {
   for (int32_t half = 0; half < 2; ++half) {
     const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
     e->estimate[half].scale = _mm512_loadu_ps(table + oc);
@@ -310,7 +310,7 @@ static __m512i b8_block32_exact(const b8_block32_epilogue* e, __m512i acc, int h
  * does it unless a lane is unsure; then the integer path redoes all four. The int32 -> int16 ->
  * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
 B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
-                                  __m512i c, int hc, __m512i d, int hd) {
+                                    __m512i c, int hc, __m512i d, int hd) {
   __mmask16 unsure = 0;
   __m512i ya = b8_estimate_x16(a, &e->estimate[ha], &unsure), yb = b8_estimate_x16(b, &e->estimate[hb], &unsure);
   __m512i yc = b8_estimate_x16(c, &e->estimate[hc], &unsure), yd = b8_estimate_x16(d, &e->estimate[hd], &unsure);
@@ -1550,8 +1550,8 @@ static void b8_amx_finish(const b8_amx_step* step, const b8_requant_params* quan
     } else {
       for (int32_t p = 0; p < count; p += 4) {
         int8_t bytes[64];
-        _mm512_storeu_si512((void*)bytes, b8_block32_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p + 1, 0), 0, B8_ACC(p + 2, 0), 0,
-                                                         B8_ACC(p + 3, 0), 0));
+        _mm512_storeu_si512((void*)bytes, b8_block32_finish(&e, B8_ACC(p, 0), 0, B8_ACC(p + 1, 0), 0, B8_ACC(p + 2, 0),
+                                                            0, B8_ACC(p + 3, 0), 0));
         for (int32_t q = 0; q < 4 && p + q < count; ++q) memcpy(out + (int64_t)(p + q) * out_c, bytes + 16 * q, 16);
       }
     }
