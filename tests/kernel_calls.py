@@ -455,7 +455,7 @@ def _winograd_conv2d_paths(case: dict, variant: str) -> set[str]:
     """conv2d_paths of the Winograd path: its filter transformed once per
     call, or per block of tiles where U passes 1.25 MB; the rows of tiles (2 or 4 output rows x 4
     columns) that hold a call's pixels, in blocks of b8_winograd_block_tiles (several) and groups
-    of 6 (the last of 4 where 1-4 remain, filled with spare tiles where it is not full), tiles whose
+    of 6 and 4 (the last, or last two, of 4, filled with spare tiles where not full), tiles whose
     (rows + 2) x 6 input reads padding, tiles with pixels not written (past the output's last row
     or column, or outside the call's share); blocks of 16 channels (partial, several) and their
     epilogue (whole blocks fused, two pixels at a time; else 8 lanes, or scalar), in shares of the
@@ -477,9 +477,15 @@ def _winograd_conv2d_paths(case: dict, variant: str) -> set[str]:
         last_row = (end - 1) // (oh * ow) * tiles_h + (end - 1) % (oh * ow) // ow // rows
         tiles = (last_row - first_row + 1) * tiles_w
         paths |= {"several tile blocks"} if tiles > block else set()
-        rest = tiles % block % 6  # the last group's tiles: 6, or 4 where 1-4 remain
-        paths |= {"four-tile group"} if 1 <= rest <= 4 else set()
-        paths |= {"spare tiles"} if rest in (1, 2, 3, 5) else set()
+        # The last block's groups: 6s, then one group of 4 where 3 or 4 remain (or the block has
+        # 1-4 tiles), two where 1 or 2 remain after more; spare tiles fill the last group.
+        count = tiles % block or block
+        rest = count % 6
+        fours = 0 if rest in (0, 5) else 1 if rest > 2 or count < 6 else 2
+        slots = -(-(count - 4 * fours) // 6) * 6 + 4 * fours
+        paths |= {"four-tile group"} if fours else set()
+        paths |= {"two four-tile groups"} if fours == 2 else set()
+        paths |= {"spare tiles"} if slots > count else set()
         ty = np.arange(first_row, last_row + 1) % tiles_h
         rows_padded = (rows * ty - top < 0) | (rows * ty - top + rows + 2 > h)
         columns_padded = (4 * np.arange(tiles_w) - left < 0) | (4 * np.arange(tiles_w) - left + 6 > w)

@@ -96,7 +96,7 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # tiles and 32-channel epilogues; both offset gathered patches of signed inputs as they gather them
 # and have a tile of one pixel.
 WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
-                  "spare tiles", "padded tile", "tile partly written", "four-tile group"}
+                  "spare tiles", "padded tile", "tile partly written", "four-tile group", "two four-tile groups"}
 VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"filter per tile block"},
                  "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile"}
                             | WINOGRAD_PATHS - {"winograd tiles of 2 rows"},

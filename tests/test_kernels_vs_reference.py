@@ -137,7 +137,8 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 # stride-1 convolutions by Winograd (kernel_calls._winograd_conv2d_paths; with VNNI never a filter
 # made per block of tiles, nor tiles of 2 rows).
 WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
-                  "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group"}
+                  "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group",
+                  "two four-tile groups"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile",
                                     "epilogue fused x16", "epilogue fused clamped"}
@@ -837,7 +838,7 @@ def pointwise_case(seed):
             "pixels": [(0, split), (split, n * h * w)], "fill": 0}
 
 
-WINOGRAD_SEEDS = range(10)
+WINOGRAD_SEEDS = range(12)
 
 
 def winograd_case(seed):
@@ -848,13 +849,17 @@ def winograd_case(seed):
     padding), batches of up to 3 split into three shares at any pixel, 8-96 output channels (partial
     and several blocks of 16; 13: the scalar epilogue; one seed's last channel a positive shift;
     512 -> 56: a filter transformed per block of tiles), signed or non-negative inputs, and one
-    seed's values all at the int8 ends."""
+    seed's values all at the int8 ends. The last two are whole images of 8 tiles, whose GEMM takes
+    two groups of 4 (7 x 16 on 64 channels, tiles of 4 rows; ResNet's 7 x 7 on 512, of 2 rows, its
+    filter transformed per block)."""
     rng = np.random.default_rng(4000 + seed)
-    cin = [16, 32, 48, 64, 16, 224, 32, 512, 16, 64][seed]
-    cout = [16, 24, 8, 64, 40, 13, 32, 56, 48, 96][seed]
+    cin = [16, 32, 48, 64, 16, 224, 32, 512, 16, 64, 64, 512][seed]
+    cout = [16, 24, 8, 64, 40, 13, 32, 56, 48, 96, 32, 64][seed]
     size = 18 if cin <= 32 or cin == 224 else 9  # 224: several blocks of tiles of 4 rows
     n, h, w = int(rng.integers(1, 4)), int(rng.integers(1, size + 1)), int(rng.integers(1, size + 1))
     pad = [int(p) for p in rng.integers(0, 3, 4)]  # top, left, bottom, right
+    if seed >= 10:
+        n, h, w, pad = 1, 7, 16 if seed == 10 else 7, [1, 1, 1, 1]
     oh, ow = out_size(h, pad[0], pad[2], 3, 1, 1), out_size(w, pad[1], pad[3], 3, 1, 1)
     if oh < 1 or ow < 1:
         pad[2], pad[3] = pad[2] + 2, pad[3] + 2
@@ -871,7 +876,7 @@ def winograd_case(seed):
         shift[-1] = 1
     z_out = random_zero_point(rng, output=True)
     total = n * oh * ow
-    splits = sorted(int(v) for v in rng.integers(0, total + 1, 2))
+    splits = sorted(int(v) for v in rng.integers(0, total + 1, 2)) if seed < 10 else [total, total]
     return {"x": x, "weight": weight, "bias": rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32),
             "multiplier": multiplier, "shift": shift, "groups": 1, "strides": (1, 1), "padding": tuple(pad[:2]),
             "dilation": (1, 1), "out_hw": (oh, ow), "pad_value": 0 if nonnegative else random_zero_point(rng),
@@ -900,7 +905,9 @@ def test_avx512_winograd_follows_the_setting(kernel_build, tmp_path, monkeypatch
     monkeypatch.setenv("BYOC_INT8_WINOGRAD", setting)  # for the path model here and the fresh process
     cases = [winograd_case(seed) for seed in WINOGRAD_SEEDS]
     winograd = [case for case in cases if "winograd" in kernel_calls.conv2d_paths(case, "avx512vnni")]
-    assert len(winograd) == (9 if setting == "1" else 0)  # 512 channels: tiles of 2 rows, never with VNNI
+    # 512 channels: tiles of 2 rows, never with VNNI
+    four_rows = [case for case in cases if case["weight"].shape[3] <= 224]
+    assert len(four_rows) == 10 and len(winograd) == (len(four_rows) if setting == "1" else 0)
     batches = {rounding: [("conv2d", case, kernel_calls.expected("conv2d", case, rounding)) for case in cases]
                for rounding in kernel_calls.ROUNDINGS}
     (tmp_path / "cases.pkl").write_bytes(pickle.dumps(batches))

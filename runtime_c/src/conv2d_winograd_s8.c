@@ -460,6 +460,16 @@ static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, 
     b8_winograd_output_rows(m, stride, bias0, bias1, y, 2);
 }
 
+/* What position p's first group of tiles fetches into L2 (a line per pair it multiplies): with U
+ * whole, the next block's U for that position; with U per piece, while lines remain, the next
+ * piece's int8 filter; else nothing. */
+static const int16_t* b8_winograd_fetch(const int16_t* next_u, const int8_t* next_g, int32_t p, int64_t u_position,
+                                        int32_t pairs, int32_t g_lines) {
+  if (next_u) return next_u + p * u_position;
+  if (next_g && p * pairs < g_lines) return (const int16_t*)(next_g + (int64_t)p * pairs * 64);
+  return NULL;
+}
+
 b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_params* quant,
                                 const b8_dims* input_dims, const int8_t* input, const b8_dims* filter_dims,
                                 const int8_t* packed, const int32_t* bias, const b8_dims* output_dims,
@@ -499,8 +509,13 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
   for (int64_t first = 0; first < tiles; first += block) {
     const int32_t count = tiles - first < block ? (int32_t)(tiles - first) : block;
-    /* Groups of 6 tiles, the last of 4 where 1-4 remain: the tiles that the GEMM reads. */
-    const int32_t rest = count % B8_WG_GROUP, slots = count - rest + (rest == 0 ? 0 : rest > 4 ? 6 : 4);
+    /* Groups of 6 tiles, then of 4: the tiles that the GEMM reads (`slots`, the spare ones zeros).
+     * 6k + 1 and 6k + 2 end in two groups of 4, not a 6 and a 4 (a 7x7 output's 8 tiles of 2 rows:
+     * 8 slots, not 10: with the fetch below, those layers 1.2x faster, AVX2 build); 6k + 3 and
+     * 6k + 4 in one of 4; 6k + 5 in a 6. */
+    const int32_t rest = count % B8_WG_GROUP;
+    const int32_t fours = rest == 0 || rest == 5 ? 0 : rest > 2 || count < B8_WG_GROUP ? 1 : 2;
+    const int32_t sixes = (count - 4 * fours + B8_WG_GROUP - 1) / B8_WG_GROUP, slots = B8_WG_GROUP * sixes + 4 * fours;
     /* Per tile, the output offsets of its pixels that this call writes (-1: not written), worked
      * out once for all the blocks of 16 output channels. */
     int64_t where[B8_WG_MAX_TILES][B8_WG_MAX_PIXELS];
@@ -535,12 +550,22 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
         /* U whole: a position's first group of tiles also fetches the next block's U for that
          * position into L2, a line per line of its own. */
         const int16_t* next_u = whole_u && oc0 + B8_WG_CHANNELS < oc_end ? up + positions * u_position : NULL;
-        for (int32_t p = 0; p < positions; ++p)
-          for (int32_t g0 = 0; g0 < slots; g0 += B8_WG_GROUP)
-            (slots - g0 >= B8_WG_GROUP ? b8_winograd_gemm6 : b8_winograd_gemm4)(
+        /* U per piece: the first positions' first groups fetch the next piece's int8 filter into
+         * L2 instead, a line per pair (the pieces lie one after the other in the packed filter),
+         * so that it does not come from memory when its transform reads it: the 3x3 layers on 256
+         * and 512 channels 1.1-1.15x faster with their filters evicted from the caches (one Zen 4
+         * core, AVX2 build), ResNet-18 1.07x / 1.04x and ResNet-50 1.07x / 1.03x faster whole at
+         * 1 / 2 threads. */
+        const int last_piece = c0 + piece >= c && oc0 + B8_WG_CHANNELS >= oc_end;
+        const int8_t* next_g = !whole_u && !last_piece ? g + (int64_t)piece * 9 * B8_WG_CHANNELS : NULL;
+        const int32_t g_lines = piece * 9 * B8_WG_CHANNELS / 64;
+        for (int32_t p = 0; p < positions; ++p) {
+          const int16_t* fetch = b8_winograd_fetch(next_u, next_g, p, u_position, piece / 2, g_lines);
+          for (int32_t g0 = 0; g0 < slots; g0 += g0 < B8_WG_GROUP * sixes ? B8_WG_GROUP : 4)
+            (g0 < B8_WG_GROUP * sixes ? b8_winograd_gemm6 : b8_winograd_gemm4)(
                 (const int32_t*)(v + p * position + (int64_t)g0 * c + c0), pairs, piece / 2, up + p * u_position,
-                m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0,
-                g0 == 0 && next_u ? next_u + p * u_position : NULL);
+                m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0, g0 == 0 ? fetch : NULL);
+        }
       }
       const int32_t block_c = oc_end - oc0 < B8_WG_CHANNELS ? oc_end - oc0 : B8_WG_CHANNELS;
       /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
