@@ -23,11 +23,19 @@ B8_INLINE void b8_dense_block(const int8_t* input, int32_t images, const int8_t*
   for (int32_t i = 0; i < images; ++i)
     for (int32_t j = 0; j < B8_DENSE_UNITS; ++j) acc[i][j] = bias ? bias[j < units ? j : units - 1] : 0;
   int32_t k = 0;
+#if B8_USE_AVX2
+  /* The weights two blocks on, fetched at the pace this block reads its own (4 x depth bytes over
+   * depth steps): a unit block of one image reads as little as it multiplies, and the stream of
+   * rows, left to the hardware, came at 7.5 GB/s (MobileNetV2's 1280 x 1000 on one Zen 4 core). */
+  const int8_t* ahead = weights + (int64_t)2 * B8_DENSE_UNITS * depth;
+#endif
 #if B8_USE_AVX512VNNI
   __m512i wide[B8_DENSE_IMAGES][B8_DENSE_UNITS];
   for (int32_t i = 0; i < images; ++i)
     for (int32_t j = 0; j < B8_DENSE_UNITS; ++j) wide[i][j] = _mm512_setzero_si512();
   for (; k + 32 <= depth; k += 32) {
+    _mm_prefetch((const char*)(ahead + 4 * k), _MM_HINT_T0);
+    _mm_prefetch((const char*)(ahead + 4 * k + 64), _MM_HINT_T0);
     __m512i xv[B8_DENSE_IMAGES];
     for (int32_t i = 0; i < images; ++i)
       xv[i] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(x[i] + k)));
@@ -44,6 +52,7 @@ B8_INLINE void b8_dense_block(const int8_t* input, int32_t images, const int8_t*
   for (int32_t i = 0; i < images; ++i)
     for (int32_t j = 0; j < B8_DENSE_UNITS; ++j) sum[i][j] = _mm256_setzero_si256();
   for (; k + 16 <= depth; k += 16) {
+    _mm_prefetch((const char*)(ahead + 4 * k), _MM_HINT_T0);
     __m256i xv[B8_DENSE_IMAGES];
     for (int32_t i = 0; i < images; ++i)
       xv[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[i] + k)));
