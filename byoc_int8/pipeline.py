@@ -122,6 +122,7 @@ def compile_model(
     profile = load_profile(profile)
     number_format = number_format or profile.number_format
     start = time.perf_counter()
+    build.start_kernels(simd, number_format.rounding, kernels)
     stages = tqdm(total=4, desc="compiling", unit="stage", disable=not progress)
     if isinstance(calibration_data, np.ndarray) and calibration_data.size == 0:
         raise CalibrationDataError(f"calibration data is empty (shape {calibration_data.shape})")
@@ -189,10 +190,11 @@ def compile_prequantized(
     suffix = os.fspath(path).rsplit(".", 1)[-1].lower()
     if suffix not in PREQUANTIZED_FORMATS:
         raise ValueError(f"{path}: expected a .tflite or .onnx model")
+    fmt = number_format or PREQUANTIZED_FORMATS[suffix]
+    build.start_kernels(simd, fmt.rounding)
     mod = import_tflite(path) if suffix == "tflite" else import_onnx(path)
     ops_total = count_ops(mod)
     parted = partition(mod, int8_only=int8_only, prequantized=True)
-    fmt = number_format or PREQUANTIZED_FORMATS[suffix]
     annotated = tvm.IRModule(dict(parted.mod.functions), attrs=parted.mod.attrs)
     for gv in list(annotated.functions.keys()):
         if gv.name_hint in region_functions(parted.mod):

@@ -1,6 +1,7 @@
 """The generated module as one object (byoc_int8/codegen/objects.py): the int8 constants enter as
-bytes, the kernels compile once per process and kernel build and persist on disk for the next
-process, only the regions' entries stay global, and a missing or failing compiler is named."""
+bytes, the kernels compile once per process and kernel build (started ahead by compile_model) and
+persist on disk for the next process, only the regions' entries stay global, and a missing or
+failing compiler is named."""
 
 import dataclasses
 import os
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from byoc_int8 import reference
+from byoc_int8 import pipeline, reference
 from byoc_int8.codegen import emit_c, objects
 from byoc_int8.errors import ToolchainError
 from byoc_int8.pipeline import compile_model
@@ -60,6 +61,7 @@ def compiles(monkeypatch, tmp_path) -> list[str]:
         return start(cc, source, name, workdir)
 
     monkeypatch.setattr(objects, "_KERNEL_OBJECTS", {})
+    monkeypatch.setattr(objects, "_AHEAD", {})
     monkeypatch.setattr(objects, "_compile", recording)
     monkeypatch.setenv("BYOC_INT8_CACHE_DIR", str(tmp_path / "cache"))
     return names
@@ -69,6 +71,56 @@ def test_kernels_compile_once_per_process_and_kernel_build(region, compiles):
     for simd in ("portable", "portable", "avx2", "portable"):
         assert objects.compile_module(emit_c.emit_module([region], simd=simd)).kind == "static_library"
     assert compiles == ["kernels", "model", "model", "kernels", "model", "model"]
+
+
+def test_kernels_started_ahead_are_the_module_s_and_compile_once(region, compiles, tmp_path):
+    """start_kernels compiles the unit emit_module will give (kernel_unit: the same text), in the
+    background; compile_module waits for that object and keeps it (and on disk) rather than
+    compiling the kernels again; a second start for a build the process has is a no-op."""
+    _, qgraph = region
+    source = emit_c.emit_module([region], simd="avx2")
+    assert emit_c.kernel_unit("avx2", qgraph.format.rounding) == source.kernels_c
+    objects.start_kernels(source.kernels_c)
+    (process, _), = objects._AHEAD.values()
+    assert compiles == ["kernels"] and process.poll() is None  # still compiling
+    objects.compile_module(source)
+    objects.start_kernels(source.kernels_c)
+    objects.compile_module(source)
+    assert compiles == ["kernels", "model", "model"] and objects._AHEAD == {}
+    assert len(_cache_entries(tmp_path)) == 1
+
+
+def test_a_kernels_compile_started_ahead_fails_or_stops_cleanly(region, compiles, monkeypatch, tmp_path):
+    """A compiler that fails on the kernels ahead of time fails compile_module as it would have;
+    one still running at exit (the model never came) is stopped and its directory removed."""
+    source = emit_c.emit_module([region], simd="portable")
+    failing = tmp_path / "cc"
+    failing.write_text('#!/bin/sh\ncase "$*" in *kernels.c*) echo "no kernels today" >&2; exit 1;; esac\nexec gcc "$@"\n')
+    failing.chmod(0o755)
+    monkeypatch.setenv("CC", str(failing))
+    objects.start_kernels(source.kernels_c)
+    with pytest.raises(ToolchainError, match="(?s)compiling the kernels failed.*no kernels today"):
+        objects.compile_module(source)
+    monkeypatch.setenv("CC", "gcc")
+    objects.start_kernels(source.kernels_c)
+    (process, workdir), = objects._AHEAD.values()
+    objects._stop_ahead()
+    assert process.returncode is not None and not os.path.exists(workdir.name) and objects._AHEAD == {}
+
+
+def test_compile_model_starts_the_kernels_before_it_exports_the_model(compiles, monkeypatch):
+    started = []
+    export = pipeline.export_model
+
+    def recording(*args, **kwargs):
+        started.append(len(objects._AHEAD))
+        return export(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "export_model", recording)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()).eval()
+    data = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    compile_model(model, data, simd="portable")
+    assert started == [1] and compiles == ["kernels", "model"] and objects._AHEAD == {}
 
 
 def _cache_entries(tmp_path) -> list:

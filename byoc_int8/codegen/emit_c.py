@@ -773,17 +773,10 @@ def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None, kern
     rounding, which must be one for the whole module. `kernels` "external": the calls go to a kernel
     library linked at export (``byoc_int8.h`` is the contract; docs/vendor.md), built in the
     model's rounding; `simd` then only names it."""
-    if kernels == "external":
-        defines, simd = "", "external"
-    else:
-        simd = simd or default_simd()
-        if simd not in SIMD_PRELUDE:
-            raise ValueError(f"unknown kernel implementation {simd!r}; choose from {sorted(SIMD_PRELUDE)}")
-        roundings = {q.format.rounding for _, q in regions}
-        if len(roundings) != 1:
-            raise ValueError(f"one module needs one rounding; its regions use {sorted(roundings)}")
-        defines = SIMD_PRELUDE[simd] + f"#define B8_ROUNDING {ROUNDING_MACROS[roundings.pop()]}\n"
-    defines += "#define B8_PROFILE 1\n" if PROFILE_CALLS else ""
+    roundings = {q.format.rounding for _, q in regions}
+    if kernels != "external" and len(roundings) != 1:
+        raise ValueError(f"one module needs one rounding; its regions use {sorted(roundings)}")
+    simd, defines = _build_defines(simd, roundings.pop() if roundings else "", kernels)
     parts, constants = [PRELUDE, defines, model_unit_header()], []
     for symbol, q in regions:
         emitter = RegionEmitter(symbol, q, simd, "tvm")
@@ -792,3 +785,21 @@ def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None, kern
     return ModuleSource(model_c="\n".join(parts), int8_constants=tuple(constants),
                         kernels_c="\n".join([PRELUDE, defines, kernel_unit_source(kernels)]),
                         symbols=tuple(c_safe(symbol, "identifier") for symbol, _ in regions))
+
+
+def _build_defines(simd: str | None, rounding: str, kernels: str) -> tuple[str, str]:
+    """The kernel build's name and the macros that both translation units start with."""
+    if kernels == "external":
+        simd, defines = "external", ""
+    else:
+        simd = simd or default_simd()
+        if simd not in SIMD_PRELUDE:
+            raise ValueError(f"unknown kernel implementation {simd!r}; choose from {sorted(SIMD_PRELUDE)}")
+        defines = SIMD_PRELUDE[simd] + f"#define B8_ROUNDING {ROUNDING_MACROS[rounding]}\n"
+    return simd, defines + ("#define B8_PROFILE 1\n" if PROFILE_CALLS else "")
+
+
+def kernel_unit(simd: str | None, rounding: str, kernels: str = "builtin") -> str:
+    """The kernels' translation unit that emit_module gives a module of that kernel build and
+    rounding (a qarith rounding), known before any region is."""
+    return "\n".join([PRELUDE, _build_defines(simd, rounding, kernels)[1], kernel_unit_source(kernels)])

@@ -14,6 +14,7 @@ handed to TVM as a static library that ``export_library`` links into the ``.so``
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
@@ -171,6 +172,53 @@ def _store_kernels(key: str, data: bytes) -> None:
             Path(temporary).unlink(missing_ok=True)
 
 
+# Kernel objects being compiled ahead of their module (start_kernels), by _kernel_key: the
+# compiler's process and the directory it writes to.
+_AHEAD: dict[str, tuple[subprocess.Popen, tempfile.TemporaryDirectory]] = {}
+
+
+def start_kernels(kernels_c: str) -> None:
+    """Starts compiling a kernel build's object in the background, unless this process or the disk
+    cache has it: compile_model starts it before it exports the model, so that the compiler runs
+    while the model is exported and calibrated, and compile_module then waits for it. A missing
+    compiler is left for compile_module to report."""
+    try:
+        cc = _tool("gcc", "CC")
+    except ToolchainError:
+        return
+    key = _kernel_key(cc, kernels_c)
+    if key in _KERNEL_OBJECTS or key in _AHEAD:
+        return
+    if (cached := _cached_kernels(key)) is not None:
+        _KERNEL_OBJECTS[key] = cached
+        return
+    workdir = tempfile.TemporaryDirectory(prefix="byoc_int8_kernels_")
+    _AHEAD[key] = (_compile(cc, kernels_c, "kernels", Path(workdir.name)), workdir)
+
+
+def _collect_ahead(key: str) -> None:
+    """Waits for the object of `key` started ahead, if one was, and keeps it (raising as
+    compile_module would where the compiler failed)."""
+    if (ahead := _AHEAD.pop(key, None)) is None:
+        return
+    process, workdir = ahead
+    with workdir:
+        _finish([("compiling the kernels", process)])
+        _KERNEL_OBJECTS[key] = (Path(workdir.name) / "kernels.o").read_bytes()
+    _store_kernels(key, _KERNEL_OBJECTS[key])
+
+
+@atexit.register
+def _stop_ahead() -> None:
+    """Compiles started ahead for a module that never came (compile_model failed on the model):
+    stopped at exit, their directories removed."""
+    for process, workdir in _AHEAD.values():
+        process.kill()
+        process.communicate()
+        workdir.cleanup()
+    _AHEAD.clear()
+
+
 def _constants_assembly(constants: tuple[tuple[str, bytes], ...], blob: str) -> str:
     """Each int8 constant, read-only and aligned, from its span of the file `blob`."""
     lines = ['  .section .rodata.byoc_int8,"a"']
@@ -189,6 +237,7 @@ def compile_module(source: ModuleSource) -> tvm.runtime.Module:
     """The module as one object file in a TVM static library module."""
     cc, ld, objcopy = _tool("gcc", "CC"), _tool("ld"), _tool("objcopy")
     key = _kernel_key(cc, source.kernels_c)
+    _collect_ahead(key)
     if key not in _KERNEL_OBJECTS and (cached := _cached_kernels(key)) is not None:
         _KERNEL_OBJECTS[key] = cached
     with tempfile.TemporaryDirectory(prefix="byoc_int8_module_") as name:
