@@ -95,7 +95,9 @@ def test_a_kernels_compile_started_ahead_fails_or_stops_cleanly(region, compiles
     one still running at exit (the model never came) is stopped and its directory removed."""
     source = emit_c.emit_module([region], simd="portable")
     failing = tmp_path / "cc"
-    failing.write_text('#!/bin/sh\ncase "$*" in *kernels.c*) echo "no kernels today" >&2; exit 1;; esac\nexec gcc "$@"\n')
+    failing.write_text('#!/bin/sh\n'
+                       'case "$*" in *kernels.c*) echo "no kernels today" >&2; exit 1;; esac\n'
+                       'exec gcc "$@"\n')
     failing.chmod(0o755)
     monkeypatch.setenv("CC", str(failing))
     objects.start_kernels(source.kernels_c)
