@@ -461,12 +461,12 @@ static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, 
 }
 
 /* What position p's first group of tiles fetches into L2 (a line per pair it multiplies): with U
- * whole, the next block's U for that position; with U per piece, while lines remain, the next
- * piece's int8 filter; else nothing. */
+ * whole, the next block's U for that position; with U per piece, the next piece's int8 filter, its
+ * first g_lines / pairs x pairs lines (none past its end); else nothing. */
 static const int16_t* b8_winograd_fetch(const int16_t* next_u, const int8_t* next_g, int32_t p, int64_t u_position,
                                         int32_t pairs, int32_t g_lines) {
   if (next_u) return next_u + p * u_position;
-  if (next_g && p * pairs < g_lines) return (const int16_t*)(next_g + (int64_t)p * pairs * 64);
+  if (next_g && (p + 1) * pairs <= g_lines) return (const int16_t*)(next_g + (int64_t)p * pairs * 64);
   return NULL;
 }
 
