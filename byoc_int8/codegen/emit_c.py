@@ -776,14 +776,15 @@ def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None, kern
     roundings = {q.format.rounding for _, q in regions}
     if kernels != "external" and len(roundings) != 1:
         raise ValueError(f"one module needs one rounding; its regions use {sorted(roundings)}")
-    simd, defines = _build_defines(simd, roundings.pop() if roundings else "", kernels)
+    rounding = roundings.pop() if roundings else ""
+    simd, defines = _build_defines(simd, rounding, kernels)
     parts, constants = [PRELUDE, defines, model_unit_header()], []
     for symbol, q in regions:
         emitter = RegionEmitter(symbol, q, simd, "tvm")
         parts += [emitter.emit(), emitter.tvm_entry()]
         constants += emitter.int8_constants
     return ModuleSource(model_c="\n".join(parts), int8_constants=tuple(constants),
-                        kernels_c="\n".join([PRELUDE, defines, kernel_unit_source(kernels)]),
+                        kernels_c=kernel_unit(simd, rounding, kernels),
                         symbols=tuple(c_safe(symbol, "identifier") for symbol, _ in regions))
 
 
