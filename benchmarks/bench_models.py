@@ -17,11 +17,12 @@ AVX2 int8 kernels on a CPU with AVX-512 VNNI (``benchmarks/ort_isa.py`` hides AV
 from its CPUID), against byoc-int8's AVX2 build: the AVX2 comparison on one CPU. ``--ort-isa
 avxvnni`` hides AVX-512 only (a CPU with AVX-VNNI), against byoc-int8's AVX-VNNI and AVX2 builds.
 
-Measurement: every (system, thread count) runs once per block, the blocks round-robin over them
-(the order rotated each block) so that a slow phase of the machine hits every system alike; per
-block a short warm-up, then ``--runs`` timed runs; the figure is the median of all per-run times.
-Columns: ms per image, the ratio to ONNX Runtime int8 (the faster of its u8 and s8 activation
-models at that thread count, marked "ref"), GMAC/s (convolution and linear MACs counted with
+Measurement: every (system, thread count) runs once per block, each thread count's systems back
+to back (both orders rotated each block) so that a slow phase of the machine hits every system
+alike; per block a short warm-up, then ``--runs`` timed runs; ms is the median of all per-run
+times. Columns: ms per image, the ratio to ONNX Runtime int8 (the faster of its u8 and s8
+activation models at that thread count, marked "ref": the median over blocks of the ratio of the
+two systems' medians in that block, which a slow phase longer than a block leaves alone), GMAC/s (convolution and linear MACs counted with
 forward hooks on the torch model), the share of the int8 peak of the ISA in use (measured by
 ``benchmarks/int8_peak.c`` on this machine at the same thread count) and the cosine of the
 logits with the float model's. Medians move with the machine's load: compare rows of one run.
@@ -354,12 +355,15 @@ def as_numpy(out) -> np.ndarray:
 
 
 def measure(systems: list[System], threads: list[int], blocks: int, runs: int, quiesce: Quiesce) -> dict:
-    """Per-run seconds of every (system, threads), round-robin over them in `blocks` blocks."""
-    pairs = [(s, t) for t in threads for s in systems if not s.note]
-    times: dict[tuple[str, int], list[float]] = {(s.name, t): [] for s, t in pairs}
+    """Per-run seconds of every (system, threads), one list per block: each block runs every thread
+    count's systems back to back (both orders rotated block by block)."""
+    measured = [s for s in systems if not s.note]
+    times: dict[tuple[str, int], list[list[float]]] = {(s.name, t): [] for s in measured for t in threads}
     for block in range(-1, blocks):  # block -1: warm-up only
-        shift = max(block, 0) % max(len(pairs), 1)
-        for system, t in pairs[shift:] + pairs[:shift]:
+        shift = max(block, 0)
+        order = [(s, t) for t in threads[shift % len(threads):] + threads[:shift % len(threads)]
+                 for s in measured[shift % len(measured):] + measured[:shift % len(measured)]]
+        for system, t in order:
             run = system.runs[t]
             system.prepare(t)
             reset_affinity()
@@ -368,15 +372,36 @@ def measure(systems: list[System], threads: list[int], blocks: int, runs: int, q
                 as_numpy(run())
             if block < 0:
                 continue
+            block_times = []
+            times[(system.name, t)].append(block_times)
             gc.disable()
             try:
                 for _ in range(runs):
                     start = time.perf_counter()
                     as_numpy(run())
-                    times[(system.name, t)].append(time.perf_counter() - start)
+                    block_times.append(time.perf_counter() - start)
             finally:
                 gc.enable()
     return times
+
+
+def block_ratios(system: list[list[float]], reference: list[list[float]]) -> list[float]:
+    """Per block, the ratio of the two systems' medians in that block."""
+    return [statistics.median(a) / statistics.median(b) for a, b in zip(system, reference)]
+
+
+def paired_ratio(system: list[list[float]], reference: list[list[float]]) -> float:
+    """The median over blocks of block_ratios: within a block the two ran within seconds of each
+    other, so a slow phase of a shared machine that lasts longer scales both and cancels, where a
+    ratio of whole-run medians would keep it."""
+    return statistics.median(block_ratios(system, reference))
+
+
+def ratio_text(system: list[list[float]], reference: list[list[float]]) -> str:
+    """paired_ratio and, where there are several blocks, the range of the blocks' ratios."""
+    ratios = block_ratios(system, reference)
+    spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 and system is not reference else ""
+    return f"{statistics.median(ratios):.2f}{spread}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,7 +535,8 @@ def main() -> None:
             times = measure(systems, threads, args.blocks, args.runs, quiesce)
             affinity = affinity_summary()
         for t in threads:
-            ms = {s.name: 1e3 * statistics.median(times[(s.name, t)]) / args.batch for s in systems if not s.note}
+            ms = {s.name: 1e3 * statistics.median(sum(times[(s.name, t)], [])) / args.batch
+                  for s in systems if not s.note}
             ort_int8 = [s.name for s in systems if s.kind in ("ort-u8", "ort-s8")]
             ref = min(ort_int8, key=ms.__getitem__) if ort_int8 else None
             for system in systems:
@@ -522,7 +548,7 @@ def main() -> None:
                 peak = peaks.get((system.isa, t)) if system.isa else None
                 rows.append((
                     name, t, system.name + (" (ref)" if system.name == ref else ""), f"{value:.2f}",
-                    f"{value / ms[ref]:.2f}" if ref else "-", f"{gmacs:.1f}",
+                    ratio_text(times[(system.name, t)], times[(ref, t)]) if ref else "-", f"{gmacs:.1f}",
                     f"{100 * gmacs / peak:.0f}% {system.isa}" if peak else "-",
                     f"{cosine(outputs[system.name], reference):.4f}", "",
                 ))
@@ -545,8 +571,10 @@ def main() -> None:
     print()
     for note in notes:
         print(f"- {note}")
-    print("- x ORT int8: ms/image over the faster of ONNX Runtime's u8- and s8-activation int8 models at the "
-          "same thread count (marked ref); below 1 is faster than ONNX Runtime.")
+    print("- x ORT int8: time over that of the faster of ONNX Runtime's u8- and s8-activation int8 models at "
+          "the same thread count (marked ref; faster by ms/image), the median over the blocks of the ratio of the "
+          "two per-block medians (paired_ratio), then the range of the blocks' ratios; below 1 is faster than "
+          "ONNX Runtime.")
     print(f"- % int8 peak: GMAC/s over int8_peak.c's GMAC/s at the same thread count, for the ISA of the "
           f"byoc-int8 kernel build; ONNX Runtime int8 rows against {ort_isa_name}, PyTorch int8 rows against "
           f"the best int8 ISA here ({best_isa}), which their kernels dispatch to; '-' for float and the "

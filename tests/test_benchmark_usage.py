@@ -47,3 +47,17 @@ def test_ab_runtime_options(tmp_path):
     for bad in (("--threads", "0"), ("--blocks", "0"), ("--runs", "0"), ("--batch", "0")):
         assert "must be positive" in _usage_error("ab_runtime.py", "--other", str(tmp_path), *bad), bad
     assert "thread counts are integers" in _usage_error("ab_runtime.py", "--other", str(tmp_path), "--threads", "a")
+
+
+def test_paired_ratio_cancels_a_slow_phase():
+    """bench_models.py's ratio pairs the two systems block by block: with a slow phase (3x) over
+    both in block 2 and over the system alone in block 3, it stays 0.5, where the ratio of the
+    whole-run medians would read 1.5."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_models import paired_ratio
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    system, reference = [[1.0, 1.0], [3.0, 3.0], [3.0, 3.0]], [[2.0, 2.0], [6.0, 6.0], [2.0, 2.0]]
+    assert paired_ratio(system, reference) == pytest.approx(0.5)
+    assert paired_ratio(reference, system) == pytest.approx(2.0)
