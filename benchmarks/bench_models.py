@@ -22,8 +22,9 @@ to back (both orders rotated each block) so that a slow phase of the machine hit
 alike; per block a short warm-up, then ``--runs`` timed runs; ms is the median of all per-run
 times. Columns: ms per image, the ratio to ONNX Runtime int8 (the faster of its u8 and s8
 activation models at that thread count, marked "ref": the median over blocks of the ratio of the
-two systems' medians in that block, which a slow phase longer than a block leaves alone), GMAC/s (convolution and linear MACs counted with
-forward hooks on the torch model), the share of the int8 peak of the ISA in use (measured by
+two systems' medians in that block, which a slow phase longer than a block leaves alone; the
+blocks' range follows), GMAC/s (convolution and linear MACs counted with forward hooks on the
+torch model), the share of the int8 peak of the ISA in use (measured by
 ``benchmarks/int8_peak.c`` on this machine at the same thread count) and the cosine of the
 logits with the float model's. Medians move with the machine's load: compare rows of one run.
 """
@@ -359,7 +360,7 @@ def measure(systems: list[System], threads: list[int], blocks: int, runs: int, q
     count's systems back to back (both orders rotated block by block)."""
     measured = [s for s in systems if not s.note]
     times: dict[tuple[str, int], list[list[float]]] = {(s.name, t): [] for s in measured for t in threads}
-    for block in range(-1, blocks):  # block -1: warm-up only
+    for block in range(-1, blocks if measured else -1):  # block -1: warm-up only
         shift = max(block, 0)
         order = [(s, t) for t in threads[shift % len(threads):] + threads[:shift % len(threads)]
                  for s in measured[shift % len(measured):] + measured[:shift % len(measured)]]

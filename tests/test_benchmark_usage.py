@@ -55,9 +55,10 @@ def test_paired_ratio_cancels_a_slow_phase():
     whole-run medians would read 1.5."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from bench_models import paired_ratio
+        from bench_models import paired_ratio, ratio_text
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     system, reference = [[1.0, 1.0], [3.0, 3.0], [3.0, 3.0]], [[2.0, 2.0], [6.0, 6.0], [2.0, 2.0]]
     assert paired_ratio(system, reference) == pytest.approx(0.5)
     assert paired_ratio(reference, system) == pytest.approx(2.0)
+    assert ratio_text(system, reference) == "0.50 (0.50-1.50)" and ratio_text(reference, reference) == "1.00"
