@@ -402,7 +402,7 @@ def ratio_text(system: list[list[float]], reference: list[list[float]]) -> str:
     """paired_ratio and, where there are several blocks, the range of the blocks' ratios."""
     ratios = block_ratios(system, reference)
     spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 and system is not reference else ""
-    return f"{statistics.median(ratios):.2f}{spread}"
+    return f"{paired_ratio(system, reference):.2f}{spread}"
 
 
 # ---------------------------------------------------------------------------------------------
