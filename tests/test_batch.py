@@ -2,6 +2,7 @@
 report counts per image and gives images/s; a .pt2 keeps the batch it was exported with."""
 
 import json
+import os
 
 import numpy as np
 import torch
@@ -97,3 +98,30 @@ def test_a_batch_runs_image_by_image_where_images_never_mix(monkeypatch):
         qgraph.nodes[0], node=dataclasses.replace(qgraph.nodes[0].node, op="pad"))] + qgraph.nodes[1:])
     assert emit_c.split_images(unknown) is None
     assert f"{symbol}_image(" not in emit_c.emit_module([(symbol, mixed)], simd="portable").model_c
+
+
+def test_each_thread_runs_the_head_on_its_own_images():
+    """With a head (batched_head), each thread of the pool runs it once on the images it ran (2 + 2
+    of 5 on two threads, the fifth left over: its layers and then its head split over the pool;
+    all 5 at once on one thread): every split gives each image's batch-1 result bit for bit."""
+    from byoc_int8.codegen import emit_c
+
+    torch.manual_seed(0)
+    calibration = np.random.default_rng(1).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(128, 5)).eval()
+    single = compile_model(model, calibration)
+    batched = compile_model(model, calibration, example_inputs=(torch.from_numpy(calibration[:5]),))
+    (symbol, qgraph), = _regions(batched).items()
+    assert emit_c.batched_head(qgraph) is not None
+    model_c = emit_c.emit_module([(symbol, qgraph)], simd="portable").model_c
+    assert f"{symbol}_head(features, outputs, arena, batch->int8_io, where, count)" in model_c
+    expected = np.concatenate([single.run(calibration[i : i + 1]) for i in range(5)])
+    configure = tvm.get_global_func("runtime.config_threadpool")
+    try:
+        for threads in (1, 2):
+            configure(1, threads)
+            assert np.array_equal(batched.run(calibration[:5]), expected), threads
+    finally:
+        configure(1, len(os.sched_getaffinity(0)))

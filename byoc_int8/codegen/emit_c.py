@@ -363,6 +363,11 @@ class RegionEmitter:
         self.target = target
         self.labels: list[str] = []
         self.features: int | None = None  # a batch's, handed from its images to its head (image_parts)
+        # The C expression of the images the code being emitted runs on, where that count is known
+        # only at run time (the head, on each thread's share of a batch): its shapes are then one
+        # image's, its arena plan the whole batch's (max_images). None: the shapes' own.
+        self.images: str | None = None
+        self.max_images = 1
         self.q = qgraph
         self.g = qgraph.graph
         self.nonnegative = qgraph.nonnegative()
@@ -403,6 +408,24 @@ class RegionEmitter:
     def _buffer(self, value: int, plan: MemoryPlan) -> str:
         return f"(arena + {plan.offsets[value]})"
 
+    def _count(self, count: int) -> str:
+        """A count of values (or rows) of the emitted shapes in C: times the run-time images."""
+        if self.images is None:
+            return str(count)
+        return self.images if count == 1 else f"{self.images} * {count}"
+
+    def _static(self) -> str:
+        """How shape-bearing constants are declared: static unless they hold the run-time images."""
+        return "static " if self.images is None else ""
+
+    def _dims(self, shape) -> str:
+        """A b8_dims initializer of a (stored) shape whose first dimension counts the images."""
+        return _dims(shape) if self.images is None else "{%s}" % self._shape_ints(shape)
+
+    def _shape_ints(self, shape) -> str:
+        """An int list of a shape that leads with the images."""
+        return ", ".join([self._count(int(shape[0])), *(str(int(v)) for v in shape[1:])])
+
     def _fail(self, status: str, where: int | str) -> str:
         """The statement that stops the run with a B8_MODEL_* status at node or input `where`."""
         return f"{{ *where = {where}; return {status}; }}"
@@ -441,7 +464,7 @@ class RegionEmitter:
                 self.body += [
                     f"    static const b8_conv_params cp = {{{sh}, {sw}, {top}, {left}, {dh}, {dw}, {a['groups']}, "
                     f"{p['input_zero_point']}}};",
-                    f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
+                    f"    {self._static()}const b8_dims in_dims = {self._dims(in_dims)}, out_dims = {self._dims(out_dims)};",
                     f"    static const b8_dims filter_dims = {_dims(p['weight'].shape)};",
                 ]
                 if p["depthwise"]:
@@ -461,12 +484,12 @@ class RegionEmitter:
                 self._call(index, f"b8_model_conv(&job, arena + {plan.scratch_offset})")
             else:
                 units, depth = p["weight"].shape
-                batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
+                batches = self._count(math.prod(self.g.shapes[n.inputs[0]]) // depth)
                 self.body.append(f"    const b8_dense_job job = {{&rq, {batches}, {depth}, {units}, {src}, {w}, {b}, {dst}}};")
                 self._call(index, "b8_model_dense(&job)")
         elif qn.op == "dense":  # a .tflite model's FULLY_CONNECTED: TFLite's double-precision output stage
             units, depth = p["weight"].shape
-            batches = math.prod(self.g.shapes[n.inputs[0]]) // depth
+            batches = self._count(math.prod(self.g.shapes[n.inputs[0]]) // depth)
             dm = self._const(f"{tag}_mantissa", "int64_t", p["double_requant"][0])
             de = self._const(f"{tag}_exponent", "int32_t", p["double_requant"][1])
             self.body.append(
@@ -481,7 +504,7 @@ class RegionEmitter:
             top, left = a["padding"][0], a["padding"][1]
             self.body += [
                 f"    static const b8_pool_params pp = {{{kh}, {kw}, {sh}, {sw}, {top}, {left}, {dh}, {dw}}};",
-                f"    static const b8_dims in_dims = {_dims(in_dims)}, out_dims = {_dims(out_dims)};",
+                f"    {self._static()}const b8_dims in_dims = {self._dims(in_dims)}, out_dims = {self._dims(out_dims)};",
             ]
             if qn.op == "max_pool2d":
                 self.body.append(f"    b8_max_pool_job job = {{&pp, &in_dims, &out_dims, {src}, {dst}}};")
@@ -491,7 +514,7 @@ class RegionEmitter:
                                   f"&in_dims, {src}, &out_dims, {dst})")
         elif qn.op == "global_avg_pool2d":
             r = p["requant"]
-            self.body.append(f"    static const b8_dims in_dims = {_dims(in_dims)};")
+            self.body.append(f"    {self._static()}const b8_dims in_dims = {self._dims(in_dims)};")
             self._call(index, f"b8_global_avg_pool_s8({_factor(r.multiplier, r.shift)}, {p['input_zero_point']}, "
                               f"{p['output_zero_point']}, &in_dims, {src}, {dst})")
         elif qn.op == "add":
@@ -504,9 +527,10 @@ class RegionEmitter:
             )
             size = math.prod(self.g.shapes[n.output])
             src2 = self._buffer(n.inputs[1], plan)
-            by_table = self.target == "tvm" and self.simd in PAIR_TABLE_BUILDS and size >= PAIR_TABLE_MIN_SIZE
+            by_table = (self.target == "tvm" and self.simd in PAIR_TABLE_BUILDS
+                        and size * self.max_images >= PAIR_TABLE_MIN_SIZE)
             table = self._pair_table(tag, qn) if by_table else "NULL"
-            self.body.append(f"    b8_add_job job = {{&ap, {size}, {src}, {src2}, {dst}, {table}}};")
+            self.body.append(f"    b8_add_job job = {{&ap, {self._count(size)}, {src}, {src2}, {dst}, {table}}};")
             self._call(index, "b8_model_add(&job)")
         elif qn.op == "mul":
             r = p["requant"]
@@ -519,14 +543,14 @@ class RegionEmitter:
                 f"{p['input2_zero_point']}, {p['output_zero_point']}, {p['act_min']}, {p['act_max']}}};"
             )
             src2 = self._buffer(n.inputs[1], plan)
-            self._call(index, f"b8_mul_s8(&mp, {batches}, {pixels}, {channels}, {int(p['broadcast'])}, {src}, {src2}, {dst})")
+            self._call(index, f"b8_mul_s8(&mp, {self._count(batches)}, {pixels}, {channels}, {int(p['broadcast'])}, {src}, {src2}, {dst})")
         elif qn.op == "lut":
             table = self._const(f"{tag}_table", "int8_t", p["table"])
             size = math.prod(self.g.shapes[n.output])
-            self._call(index, f"b8_lut_s8({size}, {table}, {src}, {dst})")
+            self._call(index, f"b8_lut_s8({self._count(size)}, {table}, {src}, {dst})")
         elif qn.op == "clip":
             size = math.prod(self.g.shapes[n.output])
-            self._call(index, f"b8_clip_s8({size}, {p['act_min']}, {p['act_max']}, {src}, {dst})")
+            self._call(index, f"b8_clip_s8({self._count(size)}, {p['act_min']}, {p['act_max']}, {src}, {dst})")
         elif qn.op == "concat":
             k = len(n.inputs)
             exponents = qarith.pow2_exponents(p["multiplier"], p["shift"])
@@ -537,7 +561,7 @@ class RegionEmitter:
             ]
             mult = "mult" if exponents is None else "NULL"
             self.body.append(f"    b8_concat_job job = {{{k}, parts, inner, {mult}, shift, zero_points, "
-                             f"{p['output_zero_point']}, {p['outer']}, {dst}}};")
+                             f"{p['output_zero_point']}, {self._count(p['outer'])}, {dst}}};")
             self._call(index, "b8_model_concat(&job)")
         elif qn.op == "slice":
             self.body.append(_int32_arrays(shape=p["shape"], begin=p["begin"], stride=p["stride"], out_shape=p["out_shape"]))
@@ -555,7 +579,7 @@ class RegionEmitter:
             for i, (shape, perm) in enumerate(steps):
                 rank = len(shape)
                 self.body += [
-                    f"    static const int32_t shape{i}[{rank}] = {{{_c_ints(shape)}}};",
+                    f"    {self._static()}const int32_t shape{i}[{rank}] = {{{self._shape_ints(shape)}}};",
                     f"    static const int32_t perm{i}[{rank}] = {{{_c_ints(perm)}}};",
                 ]
                 self._call(index, f"b8_transpose_s8({rank}, shape{i}, perm{i}, {buffers[i]}, {buffers[i + 1]})")
@@ -577,7 +601,7 @@ class RegionEmitter:
         shape = self.g.shapes[value]
         if len(shape) != 4 or self.g.layout == "NHWC":
             return "NULL"
-        self.body.append(f"  static const b8_dims {name} = {_dims(storage_shape(shape))};")
+        self.body.append(f"  {self._static()}const b8_dims {name} = {self._dims(storage_shape(shape))};")
         return f"&{name}"
 
     def _int8_boundary(self, value: int, src: str, dst: str, entering: bool, tag: str, indent: str = "  ") -> None:
@@ -585,11 +609,12 @@ class RegionEmitter:
         features, between its images and its head, as they lie)."""
         shape = self.g.shapes[value]
         if len(shape) != 4 or self.g.layout == "NHWC" or value == self.features:
-            self.body.append(f"{indent}memcpy({dst}, {src}, {math.prod(shape)});")
+            self.body.append(f"{indent}memcpy({dst}, {src}, {self._count(math.prod(shape))});")
             return
         from_shape, perm = (shape, (0, 2, 3, 1)) if entering else (storage_shape(shape), (0, 3, 1, 2))
         self.body += [
-            f"{indent}static const int32_t {tag}_shape[4] = {{{_c_ints(from_shape)}}}, {tag}_perm[4] = {{{_c_ints(perm)}}};",
+            f"{indent}{self._static()}const int32_t {tag}_shape[4] = {{{self._shape_ints(from_shape)}}};",
+            f"{indent}static const int32_t {tag}_perm[4] = {{{_c_ints(perm)}}};",
             f"{indent}b8_transpose_s8(4, {tag}_shape, {tag}_perm, (const int8_t*){src}, (int8_t*){dst});",
         ]
 
@@ -602,9 +627,9 @@ class RegionEmitter:
 
         For TVM, a region of N images that never mix (:func:`image_parts`) becomes
         ``<symbol>_image`` for one image and a ``<symbol>_run`` that calls it per image, then
-        ``<symbol>_head`` once on the batch where it has one; the
-        standalone C keeps whole-batch layers (its golden vectors and layer hook see each layer
-        once)."""
+        ``<symbol>_head`` on the images' features where it has one, once per thread on that
+        thread's images (it takes their count); the standalone C keeps whole-batch layers (its
+        golden vectors and layer hook see each layer once)."""
         parts = image_parts(self.q) if self.target == "tvm" else None
         if not parts:
             self._emit_run(f"{self.symbol}_run")
@@ -618,11 +643,14 @@ class RegionEmitter:
             self._emit_run(f"{self.symbol}_image")
             arena = aligned(self.plan.size)
             if head:
-                self.q, self.g = head, head.graph
-                self._emit_run(f"{self.symbol}_head", first_index=len(trunk.nodes))
+                # One image's shapes, times the images the call is given; the arena is planned
+                # for the whole batch, which a single thread runs.
+                self.q = split_images(head)[1]
+                self.g, self.images, self.max_images = self.q.graph, "images", images
+                self._emit_run(f"{self.symbol}_head", first_index=len(trunk.nodes), plan_for=head)
                 arena = max(arena, aligned(self.plan.size))
         finally:
-            self.q, self.g = whole, whole.graph
+            self.q, self.g, self.images, self.max_images = whole, whole.graph, None, 1
         # Each image's own arena is the first `arena` bytes (the head's too, after the images); the
         # features of every image lie after them.
         self.arena_size = arena + (math.prod(whole.graph.shapes[self.features]) if head else 0)
@@ -638,62 +666,75 @@ class RegionEmitter:
         """``<symbol>_run`` for `images` images: ``<symbol>_one`` runs ``<symbol>_image`` on one
         image's slice of every interface tensor (float ones are int8 codes with int8_io), or with a
         head (`features`, see batched_head) writes the image's features after the arena's first
-        `image_arena` bytes; b8_model_images runs it on every image (as many at a time as TVM's
-        pool has threads, each in its own arena of `image_arena` bytes); then ``<symbol>_head``
-        runs on all the features."""
-        def slices(values: list[int], dtypes: list[str], array: str, const: str) -> str:
+        `image_arena` bytes, and ``<symbol>_share`` runs ``<symbol>_head`` on the features and
+        output slices of consecutive images. b8_model_images runs them (as many images at a time
+        as TVM's pool has threads, each thread in its own arena of `image_arena` bytes and on its
+        own images' head: the head's layers never wait for another thread's)."""
+        def slices(values: list[int], dtypes: list[str], array: str, const: str, first: str) -> str:
             parts = []
             for i, (v, dtype) in enumerate(zip(values, dtypes)):
                 per_image = math.prod(self.g.shapes[v]) // images
                 width = "1" if dtype == "int8" else "(batch->int8_io ? 1 : 4)"
-                parts.append(f"({const}int8_t*)batch->{array}[{i}] + (int64_t)image * {per_image} * {width}")
+                parts.append(f"({const}int8_t*)batch->{array}[{i}] + (int64_t){first} * {per_image} * {width}")
             return ", ".join(parts)
 
         n_in, n_out = len(self.g.inputs), len(self.g.outputs)
         in_dtypes = [self.g.input_dtype(i) for i in range(n_in)]
         out_dtypes = [self.g.output_dtype(i) for i in range(n_out)]
         sym = self.symbol
-        run_images = f"b8_model_images({images}, {sym}_one, &batch, arena, {image_arena}, where)"
         if features is None:
-            image_outputs, features_at = slices(self.g.outputs, out_dtypes, "outputs", ""), "NULL"
-            tail = [f"  return {run_images};"]
+            image_outputs, features_at, share = slices(self.g.outputs, out_dtypes, "outputs", "", "image"), "NULL", []
         else:
             per_image = math.prod(self.g.shapes[features]) // images
             image_outputs, features_at = f"batch->features + (int64_t)image * {per_image}", f"arena + {image_arena}"
-            tail = [f"  const int status = {run_images};",
-                    "  if (status != B8_MODEL_OK) return status;",
-                    f"  const void* const features[1] = {{arena + {image_arena}}};",
-                    f"  return {sym}_head(features, outputs, arena, int8_io, where);"]
+            share = [
+                "/* Images first .. first + count - 1: the head on their features. */",
+                f"static int {sym}_share(const void* context, int32_t first, int32_t count, int8_t* arena, "
+                "int32_t* where) {",
+                "  const b8_batch_args* batch = (const b8_batch_args*)context;",
+                f"  const void* const features[1] = {{batch->features + (int64_t)first * {per_image}}};",
+                f"  void* const outputs[{n_out}] = {{{slices(self.g.outputs, out_dtypes, 'outputs', '', 'first')}}};",
+                f"  return {sym}_head(features, outputs, arena, batch->int8_io, where, count);",
+                "}",
+                "",
+            ]
+        share_call = "NULL" if features is None else f"{sym}_share"
         return "\n".join([
             f"/* One of {images} images: its layers while its activations are in cache. */",
             f"static int {sym}_one(const void* context, int32_t image, int8_t* arena, int32_t* where) {{",
             "  const b8_batch_args* batch = (const b8_batch_args*)context;",
-            f"  const void* const image_inputs[{n_in}] = {{{slices(self.g.inputs, in_dtypes, 'inputs', 'const ')}}};",
+            f"  const void* const image_inputs[{n_in}] = "
+            f"{{{slices(self.g.inputs, in_dtypes, 'inputs', 'const ', 'image')}}};",
             f"  void* const image_outputs[{1 if features is not None else n_out}] = {{{image_outputs}}};",
             f"  return {sym}_image(image_inputs, image_outputs, arena, batch->int8_io, where);",
             "}",
             "",
+            *share,
             f"static int {sym}_run(const void* const* inputs, void* const* outputs, int8_t* arena, int32_t int8_io, "
             "int32_t* where) {",
             f"  const b8_batch_args batch = {{inputs, outputs, {features_at}, int8_io}};",
-            *tail,
+            f"  return b8_model_images({images}, {sym}_one, {share_call}, &batch, arena, {image_arena}, where);",
             "}",
             "",
         ])
 
-    def _emit_run(self, name: str, first_index: int = 0) -> None:
+    def _emit_run(self, name: str, first_index: int = 0, plan_for: QGraph | None = None) -> None:
         """The run function `name` of self.q (see emit), whose first node is the region's
-        `first_index`th, into self.body (its constants into self.consts)."""
-        self.plan = plan = plan_memory(self.q, scratch_bytes(self.q))
+        `first_index`th, into self.body (its constants into self.consts); its arena planned for
+        `plan_for` (the same nodes and values at the most images it runs; default self.q). With
+        self.images, it takes that count as its last argument."""
+        planned = plan_for or self.q
+        self.plan = plan = plan_memory(planned, scratch_bytes(planned))
+        images = "" if self.images is None else f", int32_t {self.images}"
         self.body.append(f"static int {name}(const void* const* inputs, void* const* outputs, int8_t* arena, "
-                         "int32_t int8_io, int32_t* where) {")
+                         f"int32_t int8_io, int32_t* where{images}) {{")
         for i, v in enumerate(self.g.inputs):
             if self.g.input_dtype(i) == "int8":
                 self._int8_boundary(v, f"inputs[{i}]", self._buffer(v, plan), True, f"input{i}")
                 continue
             dims = self._boundary_dims(v, f"input{i}_dims")
             quant = self.q.quants[v]
-            size = math.prod(self.g.shapes[v])
+            size = self._count(math.prod(self.g.shapes[v]))
             self.body.append("  if (int8_io) {")
             self._int8_boundary(v, f"inputs[{i}]", self._buffer(v, plan), True, f"input{i}", "    ")
             self.body += [
@@ -710,7 +751,7 @@ class RegionEmitter:
                 self._int8_boundary(v, self._buffer(v, plan), f"outputs[{i}]", False, f"output{i}")
                 continue
             dims = self._boundary_dims(v, f"output{i}_dims")
-            size = math.prod(self.g.shapes[v])
+            size = self._count(math.prod(self.g.shapes[v]))
             quant = self.q.quants[v]
             self.body.append("  if (int8_io) {")
             self._int8_boundary(v, self._buffer(v, plan), f"outputs[{i}]", False, f"output{i}", "    ")

@@ -355,10 +355,12 @@ __attribute__((visibility("default"))) int32_t b8_profile_read(const char** name
 
 #endif /* B8_PROFILE */
 
-/* b8_model_images: the images [0, whole) split over the pool's tasks, each with its own arena;
- * the first error to be seen is kept (any image's: the errors name a node or an input). */
+/* b8_model_images: the images [0, whole) split over the pool's tasks, each with its own arena,
+ * each task's head on its own images; the first error to be seen is kept (any image's: the errors
+ * name a node or an input). */
 typedef struct {
   b8_image_call call;
+  b8_share_call share;
   const void* context;
   int32_t images, whole; /* whole: a multiple of the tasks, set by the tasks */
   int64_t arena_bytes;
@@ -371,14 +373,16 @@ static int b8_images_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   b8_images_job* job = (b8_images_job*)data;
   const int32_t whole = job->images - job->images % env->num_task;
   if (task_id == 0) job->whole = whole;
-  const b8_pixels share = b8_task_share(task_id, env->num_task, whole);
-  if (share.begin >= share.end) return 0;
+  const b8_pixels mine = b8_task_share(task_id, env->num_task, whole);
+  if (mine.begin >= mine.end) return 0;
   int8_t* arena = task_id == 0 ? job->arena : (int8_t*)aligned_alloc(64, (size_t)job->arena_bytes);
   int status = arena ? B8_MODEL_OK : B8_MODEL_OUT_OF_MEMORY;
   int32_t where = 0;
   b8_in_images_task = 1;
-  for (int32_t image = share.begin; status == B8_MODEL_OK && image < share.end; ++image)
+  for (int32_t image = mine.begin; status == B8_MODEL_OK && image < mine.end; ++image)
     status = job->call(job->context, image, arena, &where);
+  if (status == B8_MODEL_OK && job->share)
+    status = job->share(job->context, mine.begin, mine.end - mine.begin, arena, &where);
   b8_in_images_task = 0;
   if (task_id != 0) free(arena);
   int ok = B8_MODEL_OK;
@@ -388,9 +392,9 @@ static int b8_images_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   return 0;
 }
 
-int b8_model_images(int32_t images, b8_image_call call, const void* context, int8_t* arena, int64_t arena_bytes,
-                    int32_t* where) {
-  b8_images_job job = {call, context, images, 0, arena_bytes, arena, B8_MODEL_OK, 0};
+int b8_model_images(int32_t images, b8_image_call call, b8_share_call share, const void* context, int8_t* arena,
+                    int64_t arena_bytes, int32_t* where) {
+  b8_images_job job = {call, share, context, images, 0, arena_bytes, arena, B8_MODEL_OK, 0};
 #if defined(B8_PROFILE) && B8_PROFILE
   /* The profile's log is one sequence: the images one after another, each kernel over the pool. */
   (void)b8_images_task;
@@ -410,7 +414,7 @@ int b8_model_images(int32_t images, b8_image_call call, const void* context, int
     const int status = call(context, image, arena, where);
     if (status != B8_MODEL_OK) return status;
   }
-  return B8_MODEL_OK;
+  return share && images > job.whole ? share(context, job.whole, images - job.whole, arena, where) : B8_MODEL_OK;
 }
 
 int b8_tvm_call(const b8_region* region, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {

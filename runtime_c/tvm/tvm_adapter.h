@@ -37,12 +37,17 @@ typedef struct {
  * b8_region.run; `arena` is the image's own. */
 typedef int (*b8_image_call)(const void* context, int32_t image, int8_t* arena, int32_t* where);
 
-/* Runs images 0 .. images - 1 of a batch: as many at a time as TVM's pool has threads, each on one
- * thread with its own arena of `arena_bytes` (the first in `arena`; its kernels unsplit), then the
- * images left over one at a time, each kernel split over the pool. Images in flight at once never
- * share memory: each writes only its own slices of the outputs. */
-int b8_model_images(int32_t images, b8_image_call call, const void* context, int8_t* arena, int64_t arena_bytes,
-                    int32_t* where);
+/* The batch's head on images first .. first + count - 1, after b8_image_call has run on each of
+ * them; returns and takes the rest as b8_image_call does. */
+typedef int (*b8_share_call)(const void* context, int32_t first, int32_t count, int8_t* arena, int32_t* where);
+
+/* Runs images 0 .. images - 1 of a batch: as many at a time as TVM's pool has threads, each thread
+ * on a run of consecutive images with its own arena of `arena_bytes` (the first in `arena`; its
+ * kernels unsplit), then `share` (unless NULL) on that thread's images; then the images left over
+ * one at a time, each kernel split over the pool, and `share` on them. Images in flight at once
+ * never share memory: each writes only its own slices of the outputs. */
+int b8_model_images(int32_t images, b8_image_call call, b8_share_call share, const void* context, int8_t* arena,
+                    int64_t arena_bytes, int32_t* where);
 
 /* The body of every region's __tvm_ffi_<symbol>: checks the arguments (naming the region and the
  * argument in the error it raises), runs the region, and turns a B8_MODEL_* status into an error
