@@ -422,6 +422,10 @@ class RegionEmitter:
         """A b8_dims initializer of a (stored) shape whose first dimension counts the images."""
         return _dims(shape) if self.images is None else "{%s}" % self._shape_ints(shape)
 
+    def _in_out_dims(self, in_dims, out_dims) -> str:
+        """The declaration of a layer's in_dims and out_dims."""
+        return f"    {self._static()}const b8_dims in_dims = {self._dims(in_dims)}, out_dims = {self._dims(out_dims)};"
+
     def _shape_ints(self, shape) -> str:
         """An int list of a shape that leads with the images."""
         return ", ".join([self._count(int(shape[0])), *(str(int(v)) for v in shape[1:])])
@@ -464,7 +468,7 @@ class RegionEmitter:
                 self.body += [
                     f"    static const b8_conv_params cp = {{{sh}, {sw}, {top}, {left}, {dh}, {dw}, {a['groups']}, "
                     f"{p['input_zero_point']}}};",
-                    f"    {self._static()}const b8_dims in_dims = {self._dims(in_dims)}, out_dims = {self._dims(out_dims)};",
+                    self._in_out_dims(in_dims, out_dims),
                     f"    static const b8_dims filter_dims = {_dims(p['weight'].shape)};",
                 ]
                 if p["depthwise"]:
@@ -504,7 +508,7 @@ class RegionEmitter:
             top, left = a["padding"][0], a["padding"][1]
             self.body += [
                 f"    static const b8_pool_params pp = {{{kh}, {kw}, {sh}, {sw}, {top}, {left}, {dh}, {dw}}};",
-                f"    {self._static()}const b8_dims in_dims = {self._dims(in_dims)}, out_dims = {self._dims(out_dims)};",
+                self._in_out_dims(in_dims, out_dims),
             ]
             if qn.op == "max_pool2d":
                 self.body.append(f"    b8_max_pool_job job = {{&pp, &in_dims, &out_dims, {src}, {dst}}};")
@@ -543,7 +547,8 @@ class RegionEmitter:
                 f"{p['input2_zero_point']}, {p['output_zero_point']}, {p['act_min']}, {p['act_max']}}};"
             )
             src2 = self._buffer(n.inputs[1], plan)
-            self._call(index, f"b8_mul_s8(&mp, {self._count(batches)}, {pixels}, {channels}, {int(p['broadcast'])}, {src}, {src2}, {dst})")
+            self._call(index, f"b8_mul_s8(&mp, {self._count(batches)}, {pixels}, {channels}, {int(p['broadcast'])}, "
+                              f"{src}, {src2}, {dst})")
         elif qn.op == "lut":
             table = self._const(f"{tag}_table", "int8_t", p["table"])
             size = math.prod(self.g.shapes[n.output])
