@@ -41,6 +41,19 @@ DEPTHWISE_MAX_TAPS = 64
 DEPTHWISE_PIXELS = 4  # interior pixels computed together (B8_DW_PIXELS)
 WIDE_DEPTHWISE = {"avx2": 16, "avxvnni": 16, "avx512vnni": 64}  # channels per wide block of the 3x3 depthwise (B8_DW_WIDE)
 MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
+ESTIMATE_BOUND = 1 << 30  # accumulators within it skip the float estimate's cap (B8_ESTIMATE_BOUND)
+
+
+def estimate_mode(case: dict, depth: int) -> str:
+    """The float estimate's mode of a call whose sums are the bias plus `depth` products
+    (b8_estimate_mode): "full" unless every accumulator is within ESTIMATE_BOUND, "clamped" where
+    negative ones also give act_min (every multiplier positive, act_min >= the zero point)."""
+    bias = case["bias"]
+    largest = int(np.abs(bias.astype(np.int64)).max()) if bias is not None and bias.size else 0
+    if largest + depth * 16384 > ESTIMATE_BOUND:
+        return "estimate full"
+    clamped = case["act"][0] >= case["output_zero_point"] and bool(np.all(case["multiplier"] > 0))
+    return "estimate clamped" if clamped else "estimate bounded"
 
 i8, i32, i64, f32 = ctypes.c_int8, ctypes.c_int32, ctypes.c_int64, ctypes.c_float
 P = ctypes.POINTER
@@ -311,13 +324,15 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     # narrow one of 8 (b8_tile_pair_narrow, whose 8 channels requantize in registers too).
     shares = channel_shares(case, tile_channels)
     pairing = "signed corrected" in paths and vector
+    # The AVX2 and AVX-VNNI tiles' epilogue (b8_block_finish) takes the call's estimate mode.
+    mode = estimate_mode(case, kh * kw * cin) if variant in ("avx2", "avxvnni") else None
     for begin, end in shares:
         oc0 = begin
         while oc0 < end:
             left_over = end - oc0
             if pairing and (left_over >= 2 * tile_channels or left_over == tile_channels + 8):
                 paths.add("corrected pair tile")
-                paths |= _epilogue_paths(case, vector, tile_channels, (16,))
+                paths |= _epilogue_paths(case, vector, tile_channels, (16,), mode)
                 if left_over == tile_channels + 8:
                     paths |= {"corrected narrow pair", "whole channel tile", "partial channel tile"}
                 else:
@@ -328,7 +343,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
             paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
             if variant == "avx512vnni" and channels <= 16:
                 paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
-            paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,))
+            paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,), mode)
             oc0 += tile_channels
     if "corrected pair tile" in paths:
         counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
@@ -345,14 +360,15 @@ def _share_paths(shares: list[tuple[int, int]]) -> set[str]:
     return {"channel shares"} | ({"empty channel share"} if any(end == begin for begin, end in shares) else set())
 
 
-def _epilogue_paths(case: dict, vector: bool, channels: int, fused: tuple[int, ...]) -> set[str]:
+def _epilogue_paths(case: dict, vector: bool, channels: int, fused: tuple[int, ...],
+                    mode: str | None = None) -> set[str]:
     """The output stage of a block of `channels`: requantized in registers and packed to bytes for
     the `fused` widths ("clamped" when act_min / act_max are not the int8 limits: the byte clamp
-    after the saturating packs), else 8 channels at a time where `vector` (no shift > 0, channels a
-    multiple of 8), else scalar."""
+    after the saturating packs; `mode`, the estimate's where the kernel has modes), else 8 channels
+    at a time where `vector` (no shift > 0, channels a multiple of 8), else scalar."""
     if vector and channels in fused:
         clamped = {"epilogue fused clamped"} if tuple(case["act"]) != (-128, 127) else set()
-        return {f"epilogue fused x{channels}"} | clamped
+        return {f"epilogue fused x{channels}"} | clamped | ({mode} if mode else set())
     return {"epilogue x8" if vector else "epilogue scalar"}
 
 
@@ -458,8 +474,8 @@ def _winograd_conv2d_paths(case: dict, variant: str) -> set[str]:
     of 6 and 4 (the last, or last two, of 4, filled with spare tiles where not full), tiles whose
     (rows + 2) x 6 input reads padding, tiles with pixels not written (past the output's last row
     or column, or outside the call's share); blocks of 16 channels (partial, several) and their
-    epilogue (whole blocks fused, two pixels at a time; else 8 lanes, or scalar), in shares of the
-    build's channel blocks."""
+    epilogue (whole blocks fused, two pixels at a time, in the call's estimate mode; else 8 lanes, or
+    scalar), in shares of the build's channel blocks."""
     cout, _, _, cin = case["weight"].shape
     n, h, w = case["x"].shape[:3]
     oh, ow = case["out_hw"]
@@ -499,7 +515,7 @@ def _winograd_conv2d_paths(case: dict, variant: str) -> set[str]:
     for begin, end in shares:
         for oc0 in range(begin, end, 16):
             paths |= {"partial channel tile"} if end - oc0 < 16 else set()
-            paths |= _epilogue_paths(case, vector, min(16, end - oc0), (16,))
+            paths |= _epilogue_paths(case, vector, min(16, end - oc0), (16,), estimate_mode(case, 9 * cin))
     paths |= {"several channel tiles"} if cout > 16 else set()
     return paths | _share_paths(shares)
 
@@ -535,6 +551,8 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
                 break
             paths.add("wide block" if cout - wide_end >= wide else "masked wide block")
             wide_end += wide
+        if wide_end and variant != "avx512vnni":  # AVX2's wide blocks take the call's estimate mode
+            paths.add(estimate_mode(case, 9))
 
     def blocks(first: int) -> None:  # the 16- or 8-channel blocks from channel `first`
         if cout - first > lanes:

@@ -139,13 +139,18 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
                   "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group",
                   "two four-tile groups"}
-CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
+# The estimate modes of the AVX2 and AVX-VNNI tiles' fused epilogue and the Winograd path's
+# (kernel_calls.estimate_mode).
+ESTIMATE_PATHS = {"estimate full", "estimate bounded", "estimate clamped"}
+CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | ESTIMATE_PATHS | {"epilogue fused x16",
+                                                                                "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile",
-                                    "epilogue fused x16", "epilogue fused clamped"}
+                                    "epilogue fused x16", "epilogue fused clamped"} | ESTIMATE_PATHS
                         | WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
                                        "one-pixel tile", "epilogue fused x16", "epilogue fused clamped"}
                         | (WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"}
+                           | ESTIMATE_PATHS - {"estimate full"}  # (no Winograd case has sums past the bound)
                            if kernel_calls.avx512_winograd() else set())}
 # The AMX build's convolution on patches of 32 bytes or more (kernel_calls._amx_conv2d_paths):
 # its own groups of pixels and blocks of channels, patches read in place, copied or gathered.
@@ -162,7 +167,7 @@ def conv2d_expected_paths(variant: str) -> set[str]:
         # those of larger filters (per tap, its chunks; shifted weights: blocks x patch bytes of
         # 128) or patches (rows of windows, tall kernels); and no Winograd.
         small = {"per tap", "several tiles per chunk", "shifted weights", "row of windows", "tall kernel"}
-        return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small - WINOGRAD_PATHS
+        return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small - WINOGRAD_PATHS - ESTIMATE_PATHS
     return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
 
 
@@ -555,7 +560,9 @@ def epilogue_case(seed):
     """Output channels in multiples of 8, up to 96 (three VNNI tiles of 32, the last one partial
     for 40 or 72), shifts <= 0 for the SIMD paths' vector requantization, or, every fourth seed,
     one channel shifted left (which sends the whole layer to the scalar epilogue); extreme
-    multipliers, shifts down to -31, large accumulators and biases."""
+    multipliers, shifts down to -31, large accumulators and biases; every fourth seed from 1, one
+    channel whose sums are INT32_MAX at a scale of 1 - 2^-31 (in float, 2^31: the estimate's cap,
+    B8_ESTIMATE_FULL, keeps it from converting to INT32_MIN)."""
     rng = np.random.default_rng(1000 + seed)
     n, h, w, kh, kw, sh, sw, dh, dw, pad, oh, ow = random_conv_geometry(rng)
     cin, cout = int(rng.integers(1, 40)), 8 * int(rng.integers(1, 13))
@@ -569,6 +576,9 @@ def epilogue_case(seed):
     shift[rng.random(cout) < 0.6] = -int(np.log2(typical / 64))
     if seed % 4 == 3:
         shift[int(rng.integers(0, cout))] = int(rng.integers(1, 4))
+    if seed % 4 == 1:  # one channel's sums at INT32_MAX at a scale of about 1: the estimate's cap
+        top = int(rng.integers(0, cout))
+        weight[top], bias[top], multiplier[top], shift[top] = 0, (1 << 31) - 1, (1 << 31) - 1, 0
     # The clamps are exercised above; here every output shows the arithmetic.
     return {"x": rng.integers(0 if nonnegative else -128, 128, (n, h, w, cin), dtype=np.int8), "weight": weight,
             "bias": bias, "multiplier": multiplier.astype(np.int32), "shift": shift, "groups": 1, "strides": (sh, sw),
@@ -598,8 +608,9 @@ def depthwise_case(seed):
     per side (windows partly or, with outputs past the input, entirely in the padding); the input
     zero point (pad value) and the output zero point at the ends of int8 half the time; shifts <= 0
     (the vector epilogue) or, every fifth seed, one channel shifted left (the scalar epilogue of
-    its block); no bias every seventh seed; the output pixels in one call or in shares that start
-    and end mid-row. WIDE_SEEDS take MobileNet's geometry (3x3, multiplier 1, stride 1 or 2 in turn,
+    its block); no bias every seventh seed, one channel's sums at INT32_MAX every eleventh (the
+    estimate's cap, see epilogue_case); the output pixels in one call or in shares that start and
+    end mid-row. WIDE_SEEDS take MobileNet's geometry (3x3, multiplier 1, stride 1 or 2 in turn,
     no dilation across) with 64 to 200 channels."""
     rng = np.random.default_rng(2000 + seed)
     listed = len(DEPTHWISE_CHANNELS)
@@ -622,14 +633,17 @@ def depthwise_case(seed):
     multiplier, shift = random_requant(rng, cout, kh * kw)
     if seed % 5 == 4 and cout > 1:  # (that channel's outputs saturate)
         shift[int(rng.integers(0, cout))] = int(rng.integers(1, 4))
+    bias = None if seed % 7 == 6 else rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32)
+    if seed % 11 == 10 and bias is not None:  # one channel's sums at INT32_MAX, as in epilogue_case
+        top = int(rng.integers(0, cout))
+        weight[..., top], bias[top], multiplier[top], shift[top] = 0, (1 << 31) - 1, (1 << 31) - 1, 0
     ends = [-128, 127]
     pad_value = int(rng.choice(ends)) if rng.random() < 0.5 else random_zero_point(rng)
     z_out = int(rng.choice(ends)) if rng.random() < 0.3 else random_zero_point(rng, output=True)
     total = n * oh * ow
     cuts = sorted(int(c) for c in rng.integers(0, total + 1, int(rng.integers(1, 4))))
     pixels = None if seed % 4 == 0 else list(zip([0, *cuts], [*cuts, total]))
-    return {"x": x, "weight": weight, "bias": None if seed % 7 == 6 else
-            rng.integers(-(1 << 12), 1 << 12, cout).astype(np.int32), "multiplier": multiplier, "shift": shift,
+    return {"x": x, "weight": weight, "bias": bias, "multiplier": multiplier, "shift": shift,
             "groups": cin, "strides": (sh, sw), "padding": tuple(pad[:2]), "dilation": (dh, dw), "out_hw": (oh, ow),
             "pad_value": pad_value, "output_zero_point": z_out,
             "act": random_act(rng, z_out) if abs(z_out) < 100 else (-128, 127), "nonnegative": False,
@@ -650,8 +664,8 @@ DEPTHWISE_PATHS = {"portable", "simd", "3x3", "other kernel", "several channel b
                    "epilogue scalar", "part of a row", "several rows", "interior", "interior x4", "padded rows",
                    "padded columns", "window rows all padded"}
 WIDE_PATHS = {"wide block", "wide block stopped by a shift", "wide stride 1", "wide stride 2", "wide padded columns"}
-DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS,
-                           "avxvnni": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS,
+DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS | ESTIMATE_PATHS,
+                           "avxvnni": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS | ESTIMATE_PATHS,
                            "avx512vnni": {"masked channel block", "epilogue x16", "masked wide block"} | WIDE_PATHS}
 
 
@@ -691,7 +705,9 @@ def test_fuzzer_depthwise_draws_reach_every_simd_path(variant):
             reached.update(kernel_calls.depthwise_paths(fuzz_kernels.draw("depthwise_conv2d", rounding, index, 0),
                                                         variant))
     assert set(reached) == DEPTHWISE_PATHS | DEPTHWISE_VARIANT_PATHS[variant], set(reached)
-    assert min(reached.values()) >= 25, reached
+    # The estimate's modes are one per call (of its layer's bias and clamp), not one per block.
+    assert min(n for path, n in reached.items() if path not in ESTIMATE_PATHS) >= 25, reached
+    assert min((reached[path] for path in ESTIMATE_PATHS & set(reached)), default=10) >= 10, reached
 
 
 @pytest.mark.parametrize("size, channels, stride", [(28, 192, 1), (14, 576, 2), (7, 960, 1), (9, 40, 1)])

@@ -301,8 +301,7 @@ static void b8_block32_epilogue_load(const b8_requant_params* quant, const float
 /* The exact output stage of 16 accumulators of half h of the block, plus the zero point. */
 static __m512i b8_block32_exact(const b8_block32_epilogue* e, __m512i acc, int h) {
   const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_loadu_si512((const void*)e->shift[h]));
-  return _mm512_add_epi32(b8_requantize_x16(acc, _mm512_loadu_si512((const void*)e->multiplier[h]), right),
-                          e->zero_point);
+  return b8_requantize_output_x16(acc, _mm512_loadu_si512((const void*)e->multiplier[h]), right, e->zero_point);
 }
 
 /* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
@@ -1181,6 +1180,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   /* The corrected form's patches, a chunk's, split into |a| and the mask of a < 0 (b8_tile_body,
    * b8_tile_pair_half). */
   int8_t* split = (int8_t*)(table + 3 * padded_c);
+  /* Each sum: the bias and k_h x k_w x c products (the padding's weights are zero). */
+  const int32_t estimate_mode =
+      vector_epilogue ? b8_estimate_mode(quant, bias, out_c, (int64_t)k_h * k_w * in_c) : B8_ESTIMATE_FULL;
 #endif
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + padded_c, table + 2 * padded_c);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
@@ -1326,7 +1328,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       /* Whole blocks of 16 channels requantize in registers. */
       const int fused = vector_epilogue && channels == 16;
       b8_block_epilogue e;
-      if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, &e);
+      if (fused) {
+        b8_block_epilogue_load(quant, table, padded_c, oc0, &e);
+        e.mode = estimate_mode;
+      }
       /* The corrected form takes two whole blocks at a time (b8_tile_pair) while two remain, and
        * the last 24 channels as a whole block and a narrow one (b8_tile_pair_narrow; MobileNetV2's
        * 1x1 layers to 24 channels 1.24x faster than by a whole block, then one of 8 channels and 8
@@ -1336,6 +1341,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       b8_block_epilogue next;
       if (pair) {
         b8_block_epilogue_load(quant, table, padded_c, oc0 + B8_TILE_CHANNELS, &next);
+        next.mode = estimate_mode;
         step = 2 * B8_TILE_CHANNELS;
       }
 #endif

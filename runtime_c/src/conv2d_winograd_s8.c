@@ -504,6 +504,9 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + channels, table + 2 * channels);
+  /* The output transform leaves each sum exact: the bias and 9 x c products. */
+  const int32_t estimate_mode = vector_epilogue ? b8_estimate_mode(quant, bias, out_c, 9 * (int64_t)c)
+                                                : B8_ESTIMATE_FULL;
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const int64_t position = (int64_t)block * c; /* V's int16 from one position to the next */
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
@@ -572,7 +575,10 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
       b8_block_epilogue e;
       memset(&e, 0, sizeof e); /* read only where fused: zeroed for the compiler's sake */
-      if (fused) b8_block_epilogue_load(quant, table, channels, oc0, &e);
+      if (fused) {
+        b8_block_epilogue_load(quant, table, channels, oc0, &e);
+        e.mode = estimate_mode;
+      }
       const __m256i bias0 = _mm256_loadu_si256((const __m256i*)(start + oc0));
       const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
       for (int32_t t = 0; t < count; ++t) {

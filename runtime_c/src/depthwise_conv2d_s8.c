@@ -161,7 +161,7 @@ B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* es
   __mmask16 unsure = 0;
   __m512i y = b8_estimate_x16(acc, estimate, &unsure);
   if (__builtin_expect((unsure & m) != 0, 0))
-    y = _mm512_add_epi32(b8_requantize_x16(acc, multiplier, right), zero_point);
+    y = b8_requantize_output_x16(acc, multiplier, right, zero_point);
   b8_store_s8x16_masked(out, y, lo, hi, m);
 }
 /* Three rows' bytes of 16 channels side by side in each int32 lane: byte 0 from r0, 1 from r1,
@@ -267,7 +267,7 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
       __mmask16 unsure = 0;                                                                                   \
       y[q] = b8_estimate_x16(acc, &estimate[q], &unsure);                                                     \
       if (__builtin_expect(unsure != 0, 0)) /* the exact path (lanes past c too: harmless) */                 \
-        y[q] = _mm512_add_epi32(b8_requantize_x16(acc, multiplier[q], right[q]), zero_point);                 \
+        y[q] = b8_requantize_output_x16(acc, multiplier[q], right[q], zero_point);                            \
     }                                                                                                         \
     /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32), \
      * the packs putting the channels back in order. */                                                       \
@@ -313,7 +313,7 @@ B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* es
   __m256i unsure = _mm256_setzero_si256();
   __m256i y = b8_estimate_x8(acc, estimate, &unsure);
   if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))
-    y = _mm256_add_epi32(b8_requantize_x8(acc, multiplier, right), zero_point);
+    y = b8_requantize_output_x8(acc, multiplier, right, zero_point);
   b8_store_s8x8(out, y, lo, hi);
 }
 
@@ -347,11 +347,12 @@ B8_INLINE void b8_dw_halves16(const int32_t* values, __m256i out[2]) {
   out[1] = _mm256_permute2x128_si256(first, second, 0x31);
 }
 
-/* The AVX2 build's b8_depthwise_wide: blocks of 16 channels while 16 remain (else as above). */
-static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
-                                 const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
-                                 const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
-                                 int64_t end) {
+/* The AVX2 build's b8_depthwise_wide: blocks of 16 channels while 16 remain (else as above), its
+ * estimate in `mode` (a constant: b8_estimate_mode's for the call). */
+B8_INLINE int32_t b8_depthwise_wide_as(const b8_conv_params* conv, const b8_requant_params* quant,
+                                       const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
+                                       const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
+                                       int64_t end, const int mode) {
   const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
   const int32_t out_h = output_dims->h, out_w = output_dims->w;
   const int32_t sw = conv->stride_w, dh = conv->dilation_h;
@@ -396,9 +397,9 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c2[2 * h], w[2][2 * h]));                           \
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c2[2 * h + 1], w[2][2 * h + 1]));                   \
       __m256i unsure = _mm256_setzero_si256();                                                           \
-      y[h] = b8_estimate_x8(acc, &estimate[h], &unsure);                                                 \
+      y[h] = b8_estimate_x8_as(acc, &estimate[h], &unsure, mode);                                        \
       if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))                                      \
-        y[h] = _mm256_add_epi32(b8_requantize_x8(acc, multiplier[h], right[h]), zero_point);             \
+        y[h] = b8_requantize_output_x8(acc, multiplier[h], right[h], zero_point);                        \
     }                                                                                                    \
     /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32); \
      * the packs put the channels back in order, 0-7 and 8-15 in the two halves. */                    \
@@ -412,6 +413,21 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
 #undef B8_DW_LOAD_COLUMN
   }
   return c0;
+}
+
+static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
+                                 const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
+                                 const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
+                                 int64_t end) {
+#define B8_DW_WIDE_AS(mode) \
+  b8_depthwise_wide_as(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end, mode)
+  /* 3x3 kernels: 9 products per sum */
+  switch (quant->multiplier ? b8_estimate_mode(quant, bias, input_dims->c, 9) : B8_ESTIMATE_FULL) {
+    case B8_ESTIMATE_CLAMPED: return B8_DW_WIDE_AS(B8_ESTIMATE_CLAMPED);
+    case B8_ESTIMATE_BOUNDED: return B8_DW_WIDE_AS(B8_ESTIMATE_BOUNDED);
+    default: return B8_DW_WIDE_AS(B8_ESTIMATE_FULL);
+  }
+#undef B8_DW_WIDE_AS
 }
 #endif
 enum { B8_DW_MAX_TAPS = 64 }; /* kernels up to this many taps keep the block's weights widened */

@@ -158,6 +158,16 @@ B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i righ
 #endif
 }
 
+/* b8_requantize_x8 plus the zero point, as an output stage's exact path needs it: the requantized
+ * value is held within +-2^24 first, so that the sum cannot wrap where the value is near INT32_MAX
+ * (a sum that large at a factor near 1); any value held there clamps to the same int8, as the
+ * portable code's 64-bit sum does. */
+B8_INLINE __m256i b8_requantize_output_x8(__m256i acc, __m256i multiplier, __m256i right, __m256i zero_point) {
+  const __m256i limit = _mm256_set1_epi32(1 << 24), y = b8_requantize_x8(acc, multiplier, right);
+  return _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, _mm256_sub_epi32(_mm256_setzero_si256(), limit)),
+                                           limit), zero_point);
+}
+
 /* The output stage in float, where it is provably exact: b8_requantize(acc, M, shift) plus the
  * zero point, for shift <= 0, from one fused multiply-add, with a check that sends the rare lanes
  * near a rounding boundary to the integer path (about 1 in 2000; the caller redoes the vector).
@@ -203,15 +213,46 @@ B8_INLINE void b8_estimate_prepare_x8(__m256i multiplier, __m256i shift, int32_t
 #endif
 }
 
-/* The estimate on 8 lanes; lanes where it may be wrong are made nonzero in *unsure. */
-B8_INLINE __m256i b8_estimate_x8(__m256i acc, const b8_estimate_x8_params* p, __m256i* unsure) {
+/* What a caller knows of a whole call's accumulators that spares the estimate steps:
+ *  - B8_ESTIMATE_BOUNDED: each is at most B8_ESTIMATE_BOUND in magnitude, so that acc x scale +
+ *    offset stays far below 2^31 and needs no cap before its conversion (b8_estimate_mode);
+ *  - B8_ESTIMATE_CLAMPED: bounded, every multiplier positive and act_min >= the zero point (a
+ *    ReLU's range): a negative accumulator's result is then at most the zero point, so act_min,
+ *    whichever way it rounds, and the offset for acc >= 0 serves every lane. */
+enum { B8_ESTIMATE_FULL = 0, B8_ESTIMATE_BOUNDED = 1, B8_ESTIMATE_CLAMPED = 2 };
+#define B8_ESTIMATE_BOUND (1 << 30)
+
+/* The estimate on 8 lanes; lanes where it may be wrong are made nonzero in *unsure. `mode`, a
+ * constant, is one of the above. */
+B8_INLINE __m256i b8_estimate_x8_as(__m256i acc, const b8_estimate_x8_params* p, __m256i* unsure, const int mode) {
   const __m256 x = _mm256_cvtepi32_ps(acc);
-  const __m256 offset = _mm256_blendv_ps(p->offset_nonnegative, p->offset_negative, x); /* by x's sign */
-  const __m256 below = _mm256_min_ps(_mm256_fmadd_ps(x, p->scale, offset), _mm256_set1_ps(B8_ESTIMATE_LIMIT));
+  const __m256 offset = mode == B8_ESTIMATE_CLAMPED ? p->offset_nonnegative
+                                                    : _mm256_blendv_ps(p->offset_nonnegative, p->offset_negative, x);
+  __m256 below = _mm256_fmadd_ps(x, p->scale, offset);
+  if (mode == B8_ESTIMATE_FULL) below = _mm256_min_ps(below, _mm256_set1_ps(B8_ESTIMATE_LIMIT));
   const __m256 above = _mm256_add_ps(below, _mm256_set1_ps(2 * B8_ESTIMATE_MARGIN));
   const __m256i low = _mm256_cvtps_epi32(below), high = _mm256_cvtps_epi32(above);
   *unsure = _mm256_or_si256(*unsure, _mm256_xor_si256(low, high));
   return low;
+}
+
+B8_INLINE __m256i b8_estimate_x8(__m256i acc, const b8_estimate_x8_params* p, __m256i* unsure) {
+  return b8_estimate_x8_as(acc, p, unsure, B8_ESTIMATE_FULL);
+}
+
+/* The mode of a call's estimate: its accumulators are a bias plus `depth` products of two int8,
+ * each at most 2^14 in magnitude. */
+B8_INLINE int32_t b8_estimate_mode(const b8_requant_params* quant, const int32_t* bias, int32_t channels,
+                                   int64_t depth) {
+  int64_t largest_bias = 0;
+  int clamped = quant->act_min >= quant->output_zero_point;
+  for (int32_t c = 0; c < channels; ++c) {
+    const int64_t b = bias ? bias[c] : 0;
+    largest_bias = b > largest_bias ? b : -b > largest_bias ? -b : largest_bias;
+    clamped &= quant->multiplier[c] > 0;
+  }
+  if (largest_bias + depth * 16384 > B8_ESTIMATE_BOUND) return B8_ESTIMATE_FULL;
+  return clamped ? B8_ESTIMATE_CLAMPED : B8_ESTIMATE_BOUNDED;
 }
 
 /* The estimate's constants of channels [0, count) (count a multiple of 8, every shift <= 0) as
@@ -246,8 +287,8 @@ B8_INLINE void b8_output_s8x8(__m256i sum, const b8_estimate_x8_params* estimate
   __m256i y = b8_estimate_x8(sum, estimate, &unsure);
   if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
     const __m256i right = _mm256_sub_epi32(_mm256_set1_epi32(31), _mm256_loadu_si256((const __m256i*)(quant->shift + oc)));
-    y = _mm256_add_epi32(b8_requantize_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right),
-                         _mm256_set1_epi32(quant->output_zero_point));
+    y = b8_requantize_output_x8(sum, _mm256_loadu_si256((const __m256i*)(quant->multiplier + oc)), right,
+                                _mm256_set1_epi32(quant->output_zero_point));
   }
   b8_store_s8x8(out, y, lo, hi);
 }
@@ -261,6 +302,7 @@ typedef struct {
   b8_estimate_x8_params estimate[2]; /* channels 0-7 and 8-15 */
   const int32_t *multiplier, *shift;
   __m256i zero_point, lo, hi, order;
+  int32_t mode; /* B8_ESTIMATE_*: FULL unless the caller sets it */
 } b8_block_epilogue;
 
 B8_INLINE void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
@@ -279,13 +321,14 @@ B8_INLINE void b8_block_epilogue_load(const b8_requant_params* quant, const floa
   /* After the two packs, dwords 0-7 hold channels 0-3, 8-11 of pixel p, 0-3, 8-11 of pixel q,
    * then 4-7, 12-15 of p and of q. */
   e->order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  e->mode = B8_ESTIMATE_FULL;
 }
 
 /* The exact output stage of channels 8h .. 8h + 7 of the block, plus the zero point. */
 B8_INLINE __m256i b8_block_exact(const b8_block_epilogue* e, __m256i acc, int h) {
   const __m256i right = _mm256_sub_epi32(_mm256_set1_epi32(31), _mm256_loadu_si256((const __m256i*)(e->shift + 8 * h)));
-  return _mm256_add_epi32(b8_requantize_x8(acc, _mm256_loadu_si256((const __m256i*)(e->multiplier + 8 * h)), right),
-                          e->zero_point);
+  return b8_requantize_output_x8(acc, _mm256_loadu_si256((const __m256i*)(e->multiplier + 8 * h)), right,
+                                 e->zero_point);
 }
 
 /* Requantizes two pixels' 16 channels (p0, p1: pixel p's channels 0-7 and 8-15; q0, q1: q's),
@@ -293,10 +336,13 @@ B8_INLINE __m256i b8_block_exact(const b8_block_epilogue* e, __m256i acc, int h)
  * estimate does it unless a lane is unsure; then the integer path redoes all four. The
  * saturating int32 -> int16 -> int8 packs are the clamp to [-128, 127]; act_min / act_max follow
  * on bytes. */
-B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1) {
+B8_INLINE __m256i b8_block_finish_as(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1,
+                                     const int mode) {
   __m256i unsure = _mm256_setzero_si256();
-  __m256i y0 = b8_estimate_x8(p0, &e->estimate[0], &unsure), y1 = b8_estimate_x8(p1, &e->estimate[1], &unsure);
-  __m256i y2 = b8_estimate_x8(q0, &e->estimate[0], &unsure), y3 = b8_estimate_x8(q1, &e->estimate[1], &unsure);
+  __m256i y0 = b8_estimate_x8_as(p0, &e->estimate[0], &unsure, mode);
+  __m256i y1 = b8_estimate_x8_as(p1, &e->estimate[1], &unsure, mode);
+  __m256i y2 = b8_estimate_x8_as(q0, &e->estimate[0], &unsure, mode);
+  __m256i y3 = b8_estimate_x8_as(q1, &e->estimate[1], &unsure, mode);
   if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0)) {
     y0 = b8_block_exact(e, p0, 0);
     y1 = b8_block_exact(e, p1, 1);
@@ -306,6 +352,15 @@ B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256
   const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(y0, y1), _mm256_packs_epi32(y2, y3));
   const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, e->order);
   return _mm256_min_epi8(_mm256_max_epi8(ordered, e->lo), e->hi);
+}
+
+/* b8_block_finish_as in the epilogue's mode (a branch that always goes the same way in a call). */
+B8_INLINE __m256i b8_block_finish(const b8_block_epilogue* e, __m256i p0, __m256i p1, __m256i q0, __m256i q1) {
+  switch (e->mode) {
+    case B8_ESTIMATE_CLAMPED: return b8_block_finish_as(e, p0, p1, q0, q1, B8_ESTIMATE_CLAMPED);
+    case B8_ESTIMATE_BOUNDED: return b8_block_finish_as(e, p0, p1, q0, q1, B8_ESTIMATE_BOUNDED);
+    default: return b8_block_finish_as(e, p0, p1, q0, q1, B8_ESTIMATE_FULL);
+  }
 }
 
 /* b8_block_finish for a block's first 8 channels only (a layer's last 8): p's 8 int8, then q's. */
@@ -425,6 +480,13 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
   return b8_interleave_low_x16(even, odd);
 #endif
 #endif
+}
+
+/* b8_requantize_output_x8 on 16 lanes. */
+B8_INLINE __m512i b8_requantize_output_x16(__m512i acc, __m512i multiplier, __m512i right, __m512i zero_point) {
+  const __m512i limit = _mm512_set1_epi32(1 << 24), y = b8_requantize_x16(acc, multiplier, right);
+  return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, _mm512_sub_epi32(_mm512_setzero_si512(), limit)),
+                                           limit), zero_point);
 }
 
 /* b8_estimate_x8's constants and estimate on 16 lanes. */
