@@ -324,8 +324,8 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     # narrow one of 8 (b8_tile_pair_narrow, whose 8 channels requantize in registers too).
     shares = channel_shares(case, tile_channels)
     pairing = "signed corrected" in paths and vector
-    # The AVX2 and AVX-VNNI tiles' epilogue (b8_block_finish) takes the call's estimate mode.
-    mode = estimate_mode(case, kh * kw * cin) if variant in ("avx2", "avxvnni") else None
+    # The AVX2 tiles' epilogue (b8_block_finish) takes the call's estimate mode.
+    mode = estimate_mode(case, kh * kw * cin) if variant == "avx2" else None
     for begin, end in shares:
         oc0 = begin
         while oc0 < end:

@@ -139,19 +139,19 @@ AVX2_PATHS = {"shifted weights", "signed offset", "signed corrected", "corrected
 WINOGRAD_PATHS = {"winograd", "winograd tiles of 2 rows", "winograd tiles of 4 rows", "several tile blocks",
                   "spare tiles", "padded tile", "tile partly written", "filter per tile block", "four-tile group",
                   "two four-tile groups"}
-# The estimate modes of the AVX2 and AVX-VNNI tiles' fused epilogue and the Winograd path's
-# (kernel_calls.estimate_mode).
+# The estimate modes of the AVX2 tiles' fused epilogue and the Winograd path's (kernel_calls.estimate_mode;
+# no Winograd case has sums past the bound).
 ESTIMATE_PATHS = {"estimate full", "estimate bounded", "estimate clamped"}
+WINOGRAD_ESTIMATE_PATHS = ESTIMATE_PATHS - {"estimate full"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | ESTIMATE_PATHS | {"epilogue fused x16",
                                                                                 "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile",
-                                    "epilogue fused x16", "epilogue fused clamped"} | ESTIMATE_PATHS
+                                    "epilogue fused x16", "epilogue fused clamped"} | WINOGRAD_ESTIMATE_PATHS
                         | WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"},
                         "avx512vnni": {"narrow channel tile", "epilogue fused x32", "shifted weights", "signed patch offset",
                                        "one-pixel tile", "epilogue fused x16", "epilogue fused clamped"}
                         | (WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"}
-                           | ESTIMATE_PATHS - {"estimate full"}  # (no Winograd case has sums past the bound)
-                           if kernel_calls.avx512_winograd() else set())}
+                           | WINOGRAD_ESTIMATE_PATHS if kernel_calls.avx512_winograd() else set())}
 # The AMX build's convolution on patches of 32 bytes or more (kernel_calls._amx_conv2d_paths):
 # its own groups of pixels and blocks of channels, patches read in place, copied or gathered.
 AMX_CONV2D_PATHS = {"amx", "pointwise in place", "whole pixel group", "partial pixel group", "one patch tile",

@@ -884,9 +884,10 @@ B8_INLINE void b8_tile_vnni_body(const int8_t* (*segment)[B8_TILE_PIXELS], int32
   }
 #undef B8_STEPS
 #undef B8_STEP
-  if (e) { /* two pixels per 32 bytes */
-    const __m256i r[3] = {b8_block_finish(e, a00, a01, a10, a11), b8_block_finish(e, a20, a21, a30, a31),
-                          b8_block_finish(e, a40, a41, a50, a51)};
+  if (e) { /* two pixels per 32 bytes; the full estimate (b8_conv2d_s8_avx2's estimate_mode) */
+    const __m256i r[3] = {b8_block_finish_as(e, a00, a01, a10, a11, B8_ESTIMATE_FULL),
+                          b8_block_finish_as(e, a20, a21, a30, a31, B8_ESTIMATE_FULL),
+                          b8_block_finish_as(e, a40, a41, a50, a51, B8_ESTIMATE_FULL)};
     for (int32_t p = 0; p < count; ++p)
       _mm_storeu_si128((__m128i*)(out + (int64_t)p * stride),
                        p % 2 ? _mm256_extracti128_si256(r[p / 2], 1) : _mm256_castsi256_si128(r[p / 2]));
@@ -945,7 +946,8 @@ static __attribute__((noinline)) void b8_tile_vnni_one(const int8_t* (*segment)[
   const __m256i low = _mm256_add_epi32(_mm256_add_epi32(a[0][0], a[1][0]), _mm256_add_epi32(a[2][0], a[3][0]));
   const __m256i high = _mm256_add_epi32(_mm256_add_epi32(a[0][1], a[1][1]), _mm256_add_epi32(a[2][1], a[3][1]));
   if (e) {
-    _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(b8_block_finish(e, low, high, low, high)));
+    _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(b8_block_finish_as(e, low, high, low, high,
+                                                                              B8_ESTIMATE_FULL)));
     return;
   }
   _mm256_storeu_si256((__m256i*)acc[0], low);
@@ -1180,9 +1182,13 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
   /* The corrected form's patches, a chunk's, split into |a| and the mask of a < 0 (b8_tile_body,
    * b8_tile_pair_half). */
   int8_t* split = (int8_t*)(table + 3 * padded_c);
-  /* Each sum: the bias and k_h x k_w x c products (the padding's weights are zero). */
-  const int32_t estimate_mode =
-      vector_epilogue ? b8_estimate_mode(quant, bias, out_c, (int64_t)k_h * k_w * in_c) : B8_ESTIMATE_FULL;
+  /* Each sum: the bias and k_h x k_w x c products (the padding's weights are zero). The AVX-VNNI
+   * tiles keep the full estimate: on an Intel core (Emerald Rapids) a mode chosen in their output
+   * stage ran ResNet-18's 3x3 layers 0.83-0.84x and MobileNetV2's 7x7 ones 0.88-0.90x, where the
+   * AVX2 tiles gained (bench_conv.py: MobileNetV2's convolutions 1.04x there, 1.02x on AMD Zen 4). */
+  const int32_t estimate_mode = vector_epilogue && !B8_USE_AVXVNNI
+                                    ? b8_estimate_mode(quant, bias, out_c, (int64_t)k_h * k_w * in_c)
+                                    : B8_ESTIMATE_FULL;
 #endif
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + padded_c, table + 2 * padded_c);
   /* Tiles run over the output pixels in order, across row ends (a 7-wide output would otherwise
