@@ -1334,10 +1334,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       /* Whole blocks of 16 channels requantize in registers. */
       const int fused = vector_epilogue && channels == 16;
       b8_block_epilogue e;
-      if (fused) {
-        b8_block_epilogue_load(quant, table, padded_c, oc0, &e);
-        e.mode = estimate_mode;
-      }
+      if (fused) b8_block_epilogue_load(quant, table, padded_c, oc0, estimate_mode, &e);
       /* The corrected form takes two whole blocks at a time (b8_tile_pair) while two remain, and
        * the last 24 channels as a whole block and a narrow one (b8_tile_pair_narrow; MobileNetV2's
        * 1x1 layers to 24 channels 1.24x faster than by a whole block, then one of 8 channels and 8
@@ -1346,8 +1343,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
       const int pair = corrected && fused && (oc_end - oc0 >= 2 * B8_TILE_CHANNELS || narrow);
       b8_block_epilogue next;
       if (pair) {
-        b8_block_epilogue_load(quant, table, padded_c, oc0 + B8_TILE_CHANNELS, &next);
-        next.mode = estimate_mode;
+        b8_block_epilogue_load(quant, table, padded_c, oc0 + B8_TILE_CHANNELS, estimate_mode, &next);
         step = 2 * B8_TILE_CHANNELS;
       }
 #endif

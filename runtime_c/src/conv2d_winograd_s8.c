@@ -575,10 +575,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
       b8_block_epilogue e;
       memset(&e, 0, sizeof e); /* read only where fused: zeroed for the compiler's sake */
-      if (fused) {
-        b8_block_epilogue_load(quant, table, channels, oc0, &e);
-        e.mode = estimate_mode;
-      }
+      if (fused) b8_block_epilogue_load(quant, table, channels, oc0, estimate_mode, &e);
       const __m256i bias0 = _mm256_loadu_si256((const __m256i*)(start + oc0));
       const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
       for (int32_t t = 0; t < count; ++t) {

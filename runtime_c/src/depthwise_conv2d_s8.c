@@ -421,8 +421,7 @@ static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_pa
                                  int64_t end) {
 #define B8_DW_WIDE_AS(mode) \
   b8_depthwise_wide_as(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end, mode)
-  /* 3x3 kernels: 9 products per sum */
-  switch (quant->multiplier ? b8_estimate_mode(quant, bias, input_dims->c, 9) : B8_ESTIMATE_FULL) {
+  switch (b8_estimate_mode(quant, bias, input_dims->c, 9)) { /* 3x3 kernels: 9 products per sum */
     case B8_ESTIMATE_CLAMPED: return B8_DW_WIDE_AS(B8_ESTIMATE_CLAMPED);
     case B8_ESTIMATE_BOUNDED: return B8_DW_WIDE_AS(B8_ESTIMATE_BOUNDED);
     default: return B8_DW_WIDE_AS(B8_ESTIMATE_FULL);

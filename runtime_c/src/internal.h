@@ -163,9 +163,9 @@ B8_INLINE __m256i b8_requantize_x8(__m256i acc, __m256i multiplier, __m256i righ
  * (a sum that large at a factor near 1); any value held there clamps to the same int8, as the
  * portable code's 64-bit sum does. */
 B8_INLINE __m256i b8_requantize_output_x8(__m256i acc, __m256i multiplier, __m256i right, __m256i zero_point) {
-  const __m256i limit = _mm256_set1_epi32(1 << 24), y = b8_requantize_x8(acc, multiplier, right);
-  return _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(y, _mm256_sub_epi32(_mm256_setzero_si256(), limit)),
-                                           limit), zero_point);
+  const __m256i y = b8_requantize_x8(acc, multiplier, right);
+  return _mm256_add_epi32(
+      _mm256_min_epi32(_mm256_max_epi32(y, _mm256_set1_epi32(-(1 << 24))), _mm256_set1_epi32(1 << 24)), zero_point);
 }
 
 /* The output stage in float, where it is provably exact: b8_requantize(acc, M, shift) plus the
@@ -302,11 +302,11 @@ typedef struct {
   b8_estimate_x8_params estimate[2]; /* channels 0-7 and 8-15 */
   const int32_t *multiplier, *shift;
   __m256i zero_point, lo, hi, order;
-  int32_t mode; /* B8_ESTIMATE_*: FULL unless the caller sets it */
+  int32_t mode; /* B8_ESTIMATE_*: the call's (b8_estimate_mode) */
 } b8_block_epilogue;
 
 B8_INLINE void b8_block_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
-                                      int32_t oc0, b8_block_epilogue* e) {
+                                      int32_t oc0, int32_t mode, b8_block_epilogue* e) {
   for (int32_t half = 0; half < 2; ++half) {
     const int32_t oc = oc0 + 8 * half;
     e->estimate[half].scale = _mm256_loadu_ps(table + oc);
@@ -321,7 +321,7 @@ B8_INLINE void b8_block_epilogue_load(const b8_requant_params* quant, const floa
   /* After the two packs, dwords 0-7 hold channels 0-3, 8-11 of pixel p, 0-3, 8-11 of pixel q,
    * then 4-7, 12-15 of p and of q. */
   e->order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  e->mode = B8_ESTIMATE_FULL;
+  e->mode = mode;
 }
 
 /* The exact output stage of channels 8h .. 8h + 7 of the block, plus the zero point. */
@@ -484,9 +484,9 @@ B8_INLINE __m512i b8_requantize_x16(__m512i acc, __m512i multiplier, __m512i rig
 
 /* b8_requantize_output_x8 on 16 lanes. */
 B8_INLINE __m512i b8_requantize_output_x16(__m512i acc, __m512i multiplier, __m512i right, __m512i zero_point) {
-  const __m512i limit = _mm512_set1_epi32(1 << 24), y = b8_requantize_x16(acc, multiplier, right);
-  return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(y, _mm512_sub_epi32(_mm512_setzero_si512(), limit)),
-                                           limit), zero_point);
+  const __m512i y = b8_requantize_x16(acc, multiplier, right);
+  return _mm512_add_epi32(
+      _mm512_min_epi32(_mm512_max_epi32(y, _mm512_set1_epi32(-(1 << 24))), _mm512_set1_epi32(1 << 24)), zero_point);
 }
 
 /* b8_estimate_x8's constants and estimate on 16 lanes. */
