@@ -2,7 +2,7 @@
 depthwise layers, and (with --end-to-end) the whole MobileNetV2 compiled for AVX2 and AVX-512.
 
     python benchmarks/bench_depthwise.py [--build-dir build] [--rounding tflite] [--samples 15]
-        [--variant avx2 ...] [--end-to-end] [--e2e-runs 20] [--threads N]
+        [--variant avx2 ...] [--compare DIR] [--end-to-end] [--e2e-runs 20] [--threads N]
 
 Kernel part: b8_depthwise_conv2d_s8 called through ctypes (one thread, all output pixels per
 call) on every distinct depthwise layer of torchvision's mobilenet_v2 at 224x224 (3x3, pad 1,
@@ -12,7 +12,9 @@ over --samples samples of back-to-back calls (each sample at least --min-ms long
 interleaved within every sample round so that a slow phase of the machine hits them alike.
 Before timing, every build's output is checked to equal the portable build's byte for byte.
 Columns: ms per call, GMAC/s (output pixels x channels x 9 taps), speedup over the portable
-build; the last row weights each layer by how many times MobileNetV2 has it.
+build; the last row weights each layer by how many times MobileNetV2 has it. --compare DIR adds
+the same builds from DIR (e.g. the libraries before a change) as columns "<build> old", checked
+and interleaved alike, and prints each build's speedup over its old one.
 
 --end-to-end: torchvision mobilenet_v2 (random init, randomized batch-norm statistics, as
 benchmarks/coverage.py builds it) compiled with byoc_int8.pipeline.compile_model(simd=...) for
@@ -107,9 +109,14 @@ def bench_kernels(args) -> None:
         variants.remove(v)
     libs = {v: kernel_calls.load(kernel_calls.library_path(args.build_dir, v, args.rounding), v, args.rounding)
             for v in variants}
+    if args.compare:  # the same builds from another directory, as columns "<build> old"
+        for v in variants[1:]:
+            libs[f"{v} old"] = kernel_calls.load(kernel_calls.library_path(args.compare, v, args.rounding), v,
+                                                 args.rounding)
+        variants += [f"{v} old" for v in variants[1:]]
     print(f"CPU: {cpu_model()}; kernel builds from {args.build_dir} (rounding {args.rounding}); one thread")
     for v in variants:
-        print(f"  {v:<11} {ISA[v]}")
+        print(f"  {v:<11} {ISA[v.split()[0]]}{' from ' + str(args.compare) if v.endswith(' old') else ''}")
     rng = np.random.default_rng(0)
     layers = [Layer(size, channels, stride, rng) for size, channels, stride, _ in LAYERS]
     for layer in layers:  # every build computes the same bytes (the tests compare with the reference)
@@ -144,6 +151,8 @@ def bench_kernels(args) -> None:
     print(row)
     print(f"medians of {args.samples} samples, each >= {args.min_ms} ms of back-to-back calls; "
           "x = speedup over the portable build")
+    for v in [v for v in variants if f"{v} old" in libs]:
+        print(f"{v} over {v} old (--compare): {total[v + ' old'] / total[v]:.3f}x on MobileNetV2's depthwise layers")
 
 
 def bench_end_to_end(args) -> None:
@@ -180,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these builds (the portable one is always timed: the baseline)")
     parser.add_argument("--samples", type=int, default=15, help="samples per layer and build (median)")
     parser.add_argument("--min-ms", type=float, default=20.0, help="length of one sample")
+    parser.add_argument("--compare", type=Path,
+                        help="a build directory of other kernels (e.g. before a change), timed interleaved")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel part")
     parser.add_argument("--end-to-end", action="store_true", help="time the compiled MobileNetV2 too")
     parser.add_argument("--e2e-runs", type=int, default=20)
