@@ -3,6 +3,8 @@ report counts per image and gives images/s; a .pt2 keeps the batch it was export
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -124,4 +126,29 @@ def test_each_thread_runs_the_head_on_its_own_images():
             configure(1, threads)
             assert np.array_equal(batched.run(calibration[:5]), expected), threads
     finally:
+        configure(1, len(os.sched_getaffinity(0)))
+
+
+def test_two_threads_take_the_images_from_both_ends():
+    """b8_model_images: two threads take a batch's images one at a time from its two ends, so that
+    one on a slower core runs fewer, and each runs the head on its own. However they split (it
+    varies from run to run: the pool's worker starts after the calling thread, and a busy process
+    here slows either), every image gets its batch-1 result bit for bit."""
+    torch.manual_seed(0)
+    calibration = np.random.default_rng(2).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(4),
+                                torch.nn.Flatten(), torch.nn.Linear(256, 5)).eval()
+    single = compile_model(model, calibration)
+    batched = compile_model(model, calibration, example_inputs=(torch.from_numpy(calibration),))
+    expected = np.concatenate([single.run(calibration[i : i + 1]) for i in range(8)])
+    configure = tvm.get_global_func("runtime.config_threadpool")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        configure(1, 2)
+        for run in range(20):
+            assert np.array_equal(batched.run(calibration), expected), run
+    finally:
+        busy.kill()
+        busy.wait()
         configure(1, len(os.sched_getaffinity(0)))

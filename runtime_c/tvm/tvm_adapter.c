@@ -357,7 +357,12 @@ __attribute__((visibility("default"))) int32_t b8_profile_read(const char** name
 
 /* b8_model_images: the images [0, whole) split over the pool's tasks, each with its own arena,
  * each task's head on its own images; the first error to be seen is kept (any image's: the errors
- * name a node or an input). */
+ * name a node or an input). Tasks 2p and 2p + 1 share the images of both their shares: the first
+ * takes them one at a time from the front, the second from the back, until none is left (a count
+ * of those taken per pair), so that a task whose core runs slower (another process on it, a
+ * smaller core) takes fewer, and each still holds consecutive images for its head. */
+enum { B8_IMAGE_PAIRS = 64 }; /* tasks beyond 2 x this many keep their shares */
+
 typedef struct {
   b8_image_call call;
   b8_share_call share;
@@ -367,22 +372,34 @@ typedef struct {
   int8_t* arena; /* task 0's; the others allocate theirs */
   int status;
   int32_t where;
+  int32_t taken[B8_IMAGE_PAIRS]; /* of each pair's images */
 } b8_images_job;
 
 static int b8_images_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   b8_images_job* job = (b8_images_job*)data;
-  const int32_t whole = job->images - job->images % env->num_task;
+  const int32_t tasks = env->num_task, whole = job->images - job->images % tasks;
   if (task_id == 0) job->whole = whole;
-  const b8_pixels mine = b8_task_share(task_id, env->num_task, whole);
-  if (mine.begin >= mine.end) return 0;
+  const int32_t pair = task_id / 2;
+  const int paired = pair < B8_IMAGE_PAIRS && (task_id ^ 1) < tasks;
+  b8_pixels range = b8_task_share(task_id, tasks, whole); /* the pair's: both shares */
+  if (paired) {
+    range.begin = b8_task_share(task_id & ~1, tasks, whole).begin;
+    range.end = b8_task_share(task_id | 1, tasks, whole).end;
+  }
+  if (range.begin >= range.end) return 0;
+  const int from_back = paired && task_id % 2;
   int8_t* arena = task_id == 0 ? job->arena : (int8_t*)aligned_alloc(64, (size_t)job->arena_bytes);
   int status = arena ? B8_MODEL_OK : B8_MODEL_OUT_OF_MEMORY;
-  int32_t where = 0;
+  int32_t where = 0, mine = 0; /* images taken: range.begin + i, or range.end - 1 - i */
   b8_in_images_task = 1;
-  for (int32_t image = mine.begin; status == B8_MODEL_OK && image < mine.end; ++image)
-    status = job->call(job->context, image, arena, &where);
-  if (status == B8_MODEL_OK && job->share)
-    status = job->share(job->context, mine.begin, mine.end - mine.begin, arena, &where);
+  while (status == B8_MODEL_OK &&
+         (paired ? __atomic_fetch_add(&job->taken[pair], 1, __ATOMIC_RELAXED) < range.end - range.begin
+                 : mine < range.end - range.begin)) {
+    status = job->call(job->context, from_back ? range.end - 1 - mine : range.begin + mine, arena, &where);
+    ++mine;
+  }
+  if (status == B8_MODEL_OK && job->share && mine > 0)
+    status = job->share(job->context, from_back ? range.end - mine : range.begin, mine, arena, &where);
   b8_in_images_task = 0;
   if (task_id != 0) free(arena);
   int ok = B8_MODEL_OK;
@@ -394,7 +411,7 @@ static int b8_images_task(int task_id, TVMParallelGroupEnv* env, void* data) {
 
 int b8_model_images(int32_t images, b8_image_call call, b8_share_call share, const void* context, int8_t* arena,
                     int64_t arena_bytes, int32_t* where) {
-  b8_images_job job = {call, share, context, images, 0, arena_bytes, arena, B8_MODEL_OK, 0};
+  b8_images_job job = {call, share, context, images, 0, arena_bytes, arena, B8_MODEL_OK, 0, {0}};
 #if defined(B8_PROFILE) && B8_PROFILE
   /* The profile's log is one sequence: the images one after another, each kernel over the pool. */
   (void)b8_images_task;

@@ -44,8 +44,9 @@ typedef int (*b8_share_call)(const void* context, int32_t first, int32_t count, 
 /* Runs images 0 .. images - 1 of a batch: as many at a time as TVM's pool has threads, each thread
  * on a run of consecutive images with its own arena of `arena_bytes` (the first in `arena`; its
  * kernels unsplit), then `share` (unless NULL) on that thread's images; then the images left over
- * one at a time, each kernel split over the pool, and `share` on them. Images in flight at once
- * never share memory: each writes only its own slices of the outputs. */
+ * one at a time, each kernel split over the pool, and `share` on them. Two threads share their
+ * images from both ends, one image at a time, so that the one on a slower core runs fewer. Images
+ * in flight at once never share memory: each writes only its own slices of the outputs. */
 int b8_model_images(int32_t images, b8_image_call call, b8_share_call share, const void* context, int8_t* arena,
                     int64_t arena_bytes, int32_t* where);
 
