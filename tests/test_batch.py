@@ -133,7 +133,8 @@ def test_two_threads_take_the_images_from_both_ends():
     """b8_model_images: two threads take a batch's images one at a time from its two ends, so that
     one on a slower core runs fewer, and each runs the head on its own. However they split (it
     varies from run to run: the pool's worker starts after the calling thread, and a busy process
-    here slows either), every image gets its batch-1 result bit for bit."""
+    here slows either), every image gets its batch-1 result bit for bit; also with three threads
+    (a pair, one on its own share, 2 images left over) and four (two pairs)."""
     torch.manual_seed(0)
     calibration = np.random.default_rng(2).standard_normal((8, 3, 32, 32)).astype(np.float32)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -145,9 +146,10 @@ def test_two_threads_take_the_images_from_both_ends():
     configure = tvm.get_global_func("runtime.config_threadpool")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        configure(1, 2)
-        for run in range(20):
-            assert np.array_equal(batched.run(calibration), expected), run
+        for threads, runs in ((2, 20), (3, 5), (4, 5)):
+            configure(1, threads)
+            for run in range(runs):
+                assert np.array_equal(batched.run(calibration), expected), (threads, run)
     finally:
         busy.kill()
         busy.wait()
