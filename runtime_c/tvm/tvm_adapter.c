@@ -381,11 +381,9 @@ static int b8_images_task(int task_id, TVMParallelGroupEnv* env, void* data) {
   if (task_id == 0) job->whole = whole;
   const int32_t pair = task_id / 2;
   const int paired = pair < B8_IMAGE_PAIRS && (task_id ^ 1) < tasks;
-  b8_pixels range = b8_task_share(task_id, tasks, whole); /* the pair's: both shares */
-  if (paired) {
-    range.begin = b8_task_share(task_id & ~1, tasks, whole).begin;
-    range.end = b8_task_share(task_id | 1, tasks, whole).end;
-  }
+  /* The pair's images: both its tasks' shares (a task without a partner: its own). */
+  const int32_t low = paired ? task_id & ~1 : task_id, high = paired ? task_id | 1 : task_id;
+  const b8_pixels range = {b8_task_share(low, tasks, whole).begin, b8_task_share(high, tasks, whole).end};
   if (range.begin >= range.end) return 0;
   const int from_back = paired && task_id % 2;
   int8_t* arena = task_id == 0 ? job->arena : (int8_t*)aligned_alloc(64, (size_t)job->arena_bytes);
