@@ -440,7 +440,7 @@ def winograd_suits(case: dict, variant: str = "avx2") -> bool:
 def avx512_winograd() -> bool:
     """Whether the AVX-512 VNNI build takes its Winograd path in a process started now
     (b8_winograd_wanted, decided once per process): BYOC_INT8_WINOGRAD=1 or 0 where set, else on
-    AMD's family 19h (Zen 4), whose cores multiply 512-bit vectors at half the rate of 256-bit ones."""
+    AMD's families 19h (Zen 4) and 1Ah (Zen 5)."""
     setting = os.environ.get("BYOC_INT8_WINOGRAD")
     if setting in ("0", "1"):
         return setting == "1"
@@ -449,7 +449,7 @@ def avx512_winograd() -> bool:
     for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
+    return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") in ("25", "26")
 
 
 def winograd_rows(cin: int) -> int:

@@ -54,6 +54,10 @@
 
 #include "internal.h"
 
+#if B8_USE_AVX512VNNI
+#include <cpuid.h> /* b8_winograd_wanted */
+#endif
+
 #if B8_WINOGRAD
 /* Tiles per GEMM step; output channels per block; the bytes of V a block may take (192 KB: the
  * 128-channel layers' tiles of 4 rows 1.04x faster than with 96), and the most tiles a block has;
@@ -99,21 +103,30 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
 #if B8_USE_AVX512VNNI
 /* Whether the AVX-512 VNNI build takes the Winograd path, decided once per process:
  * BYOC_INT8_WINOGRAD=1 or 0 where set (read at the first convolution or packing), else whether
- * the CPU is AMD's family 19h (Zen 4: Zen 3, also 19h, has no AVX-512), whose cores run a 512-bit
- * operation as two 256-bit halves. There vpdpbusd multiplies 64 bytes a cycle on 512-bit vectors,
- * and vpdpwssd on 256-bit ones twice 16 Winograd products, 128 direct ones' worth: ResNet-18's 3x3
- * layers on 64 and 128 channels ran 1.45x and 1.6x faster than on the direct tiles (one Zen 4
- * core, bench_conv.py), those on 256 and 512 0.94x and 0.57x (by tiles of 2 rows, as with
- * AVX-VNNI below). Intel's cores with AVX-512 multiply 512-bit vectors as fast as 256-bit ones
- * (F(2x4) on 512-bit vectors: 0.81x the direct tiles, README). */
+ * the CPU is AMD's, family 19h (Zen 4: Zen 3, also 19h, has no AVX-512) or 1Ah (Zen 5). Zen 4's
+ * cores run a 512-bit operation as two 256-bit halves: vpdpbusd multiplies 64 bytes a cycle on
+ * 512-bit vectors, and vpdpwssd twice 16 Winograd products, 128 direct ones' worth, so that
+ * ResNet-18's 3x3 layers on 64 and 128 channels ran 1.45x and 1.6x faster than on the direct
+ * tiles (one Zen 4 core, bench_conv.py, vpdpwssd on 256-bit vectors then), those on 256 and 512
+ * 0.94x and 0.57x (by tiles of 2 rows, as with AVX-VNNI below). Zen 5's run 512-bit operations
+ * whole, vpdpwssd on 512-bit vectors included: 1.10x and 1.18x there. Intel's cores with AVX-512
+ * multiply 512-bit vectors as fast as 256-bit ones (F(2x4) on 512-bit vectors: 0.81x the direct
+ * tiles, README). */
 static int b8_winograd_wanted(void) {
   static int state; /* 0: not asked yet, 1: yes, -1: no */
   int wanted = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
   if (!wanted) {
     const char* setting = getenv("BYOC_INT8_WINOGRAD");
-    const int yes = setting && (strcmp(setting, "0") == 0 || strcmp(setting, "1") == 0)
-                        ? setting[0] == '1'
-                        : __builtin_cpu_is("amd") && __builtin_cpu_is("amdfam19h");
+    int yes;
+    if (setting && (strcmp(setting, "0") == 0 || strcmp(setting, "1") == 0))
+      yes = setting[0] == '1';
+    else {
+      /* the family: CPUID 1's base family, plus its extended family where the base is 0xF */
+      unsigned int eax = 0, ebx, ecx, edx, family = 0;
+      if (__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        family = (eax >> 8 & 0xF) == 0xF ? 0xF + (eax >> 20 & 0xFF) : eax >> 8 & 0xF;
+      yes = __builtin_cpu_is("amd") && (family == 0x19 || family == 0x1A);
+    }
     wanted = yes ? 1 : -1;
     __atomic_store_n(&state, wanted, __ATOMIC_RELEASE);
   }
@@ -334,6 +347,56 @@ static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, in
  * multiplies a pair of V by a pair of U per channel and sums them. 4 tiles end a block whose last
  * group has 1-4 (a 7x7 output has 8 tiles). With `fetch`, a line from `prefetch` on goes to L2
  * per line of u read. */
+#if B8_USE_AVX512VNNI
+/* With AVX-512: vpdpwssd on 512-bit vectors, one per tile and step for the 16 channels, and two
+ * accumulators per tile (even and odd steps), so that 12 chains cover the instruction's latency.
+ * On AMD's Zen 5, whose cores run 512-bit operations whole, twice the products per cycle of the
+ * 256-bit form (ResNet-18's 3x3 layers on 64 and 128 channels: README); on Zen 4, which splits
+ * them into two 256-bit halves, as many. */
+B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
+                                      int accumulate, const int16_t* prefetch, const int n, const int fetch) {
+  /* (no arrays of vectors: GCC zeroed them in memory, a third of the time of a call on 32 pairs) */
+#define B8_WG_START(t) \
+  (accumulate && (t) < n ? _mm512_loadu_si512((const void*)(m + (t) * B8_WG_CHANNELS)) : _mm512_setzero_si512())
+  __m512i e0 = B8_WG_START(0), e1 = B8_WG_START(1), e2 = B8_WG_START(2), e3 = B8_WG_START(3);
+  __m512i e4 = B8_WG_START(4), e5 = B8_WG_START(5);
+#undef B8_WG_START
+  __m512i o0 = _mm512_setzero_si512(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0;
+  const int32_t *v0 = v, *v1 = v0 + row, *v2 = v1 + row, *v3 = v2 + row, *v4 = v3 + row, *v5 = v4 + row;
+#define B8_WG_STEP(r, acc, kk, w) acc = _mm512_dpwssd_epi32(acc, _mm512_set1_epi32((r)[kk]), w)
+#define B8_WG_STEPS(acc0, acc1, acc2, acc3, acc4, acc5, kk, w) \
+  do {                                                         \
+    B8_WG_STEP(v0, acc0, kk, w);                               \
+    B8_WG_STEP(v1, acc1, kk, w);                               \
+    B8_WG_STEP(v2, acc2, kk, w);                               \
+    B8_WG_STEP(v3, acc3, kk, w);                               \
+    if (n > 4) {                                               \
+      B8_WG_STEP(v4, acc4, kk, w);                             \
+      B8_WG_STEP(v5, acc5, kk, w);                             \
+    }                                                          \
+  } while (0)
+  for (int32_t k = 0; k < pairs; k += 2, u += 4 * B8_WG_CHANNELS) { /* pairs: a multiple of 8 */
+    if (fetch) {
+      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
+      _mm_prefetch((const char*)(prefetch + 2 * B8_WG_CHANNELS), _MM_HINT_T1);
+      prefetch += 4 * B8_WG_CHANNELS;
+    }
+    const __m512i w0 = _mm512_loadu_si512((const void*)u), w1 = _mm512_loadu_si512((const void*)(u + 32));
+    B8_WG_STEPS(e0, e1, e2, e3, e4, e5, k, w0);
+    B8_WG_STEPS(o0, o1, o2, o3, o4, o5, k + 1, w1);
+  }
+#undef B8_WG_STEPS
+#undef B8_WG_STEP
+  _mm512_storeu_si512((void*)m, _mm512_add_epi32(e0, o0));
+  _mm512_storeu_si512((void*)(m + B8_WG_CHANNELS), _mm512_add_epi32(e1, o1));
+  _mm512_storeu_si512((void*)(m + 2 * B8_WG_CHANNELS), _mm512_add_epi32(e2, o2));
+  _mm512_storeu_si512((void*)(m + 3 * B8_WG_CHANNELS), _mm512_add_epi32(e3, o3));
+  if (n > 4) {
+    _mm512_storeu_si512((void*)(m + 4 * B8_WG_CHANNELS), _mm512_add_epi32(e4, o4));
+    _mm512_storeu_si512((void*)(m + 5 * B8_WG_CHANNELS), _mm512_add_epi32(e5, o5));
+  }
+}
+#else
 B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
                                       int accumulate, const int16_t* prefetch, const int n, const int fetch) {
   __m256i acc[B8_WG_GROUP][2];
@@ -350,18 +413,12 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
       prefetch += 2 * B8_WG_CHANNELS;
     }
     const __m256i w0 = _mm256_loadu_si256((const __m256i*)u), w1 = _mm256_loadu_si256((const __m256i*)(u + 16));
-#if B8_USE_AVXVNNI || B8_USE_AVX512VNNI /* vpdpwssd: the products, their pair sums and the accumulation
-                                           (wrapping); VEX-encoded with AVX-VNNI, EVEX with AVX-512 */
-#if B8_USE_AVXVNNI
-#define B8_DPWSSD _mm256_dpwssd_avx_epi32
-#else
-#define B8_DPWSSD _mm256_dpwssd_epi32
-#endif
+#if B8_USE_AVXVNNI /* vpdpwssd: the products, their pair sums and the accumulation (wrapping) */
 #define B8_WG_STEP(r, acc0, acc1)                                     \
   do {                                                                \
     const __m256i x = _mm256_set1_epi32((r)[k]);                      \
-    acc0 = B8_DPWSSD(acc0, x, w0);                                    \
-    acc1 = B8_DPWSSD(acc1, x, w1);                                    \
+    acc0 = _mm256_dpwssd_avx_epi32(acc0, x, w0);                      \
+    acc1 = _mm256_dpwssd_avx_epi32(acc1, x, w1);                      \
   } while (0)
 #else
 #define B8_WG_STEP(r, acc0, acc1)                                     \
@@ -380,7 +437,6 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
       B8_WG_STEP(v5, a50, a51);
     }
 #undef B8_WG_STEP
-#undef B8_DPWSSD
   }
   const __m256i all[B8_WG_GROUP][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
   for (int32_t t = 0; t < n; ++t) {
@@ -388,6 +444,7 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
     _mm256_storeu_si256((__m256i*)(m + t * B8_WG_CHANNELS + 8), all[t][1]);
   }
 }
+#endif
 
 static void b8_winograd_gemm6(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
                               int accumulate, const int16_t* prefetch) {
