@@ -426,30 +426,38 @@ def winograd_suits(case: dict, variant: str = "avx2") -> bool:
     """Whether the AVX2, AVX-VNNI or AVX-512 VNNI build convolves by Winograd's F(4x4, 3x3) or
     F(2x4, 3x3) (conv2d_winograd_s8.c, b8_winograd_suits): groups 1, a 3x3 kernel, stride and
     dilation 1, input channels a multiple of 16, at most 896; with VNNI only tiles of 4 rows where
-    U is made once per call (at most 1.25 MB), and the AVX-512 VNNI build only where
-    avx512_winograd()."""
+    U is made once per call (at most 1.25 MB), and the AVX-512 VNNI build only on as many input
+    channels as avx512_winograd_channels()."""
     if variant not in ("avx2", "avxvnni", "avx512vnni"):
         return False
     cout, kh, kw, cin = case["weight"].shape
     return (case["groups"] == 1 and (kh, kw) == (3, 3) and tuple(case["strides"]) == (1, 1)
             and tuple(case["dilation"]) == (1, 1) and cin % 16 == 0 and cin <= 896
             and (variant == "avx2" or (winograd_rows(cin) == 4 and _winograd_whole_u(cout, cin)))
-            and (variant != "avx512vnni" or avx512_winograd()))
+            and (variant != "avx512vnni" or cin >= avx512_winograd_channels()))
 
 
-def avx512_winograd() -> bool:
-    """Whether the AVX-512 VNNI build takes its Winograd path in a process started now
-    (b8_winograd_wanted, decided once per process): BYOC_INT8_WINOGRAD=1 or 0 where set, else on
-    AMD's families 19h (Zen 4) and 1Ah (Zen 5)."""
+def avx512_winograd_channels() -> float:
+    """The fewest input channels of a layer that the AVX-512 VNNI build convolves by Winograd in a
+    process started now (b8_winograd_fewest_inputs, decided once per process): every layer that suits
+    where BYOC_INT8_WINOGRAD=1 and on AMD's family 19h (Zen 4), those on 64 channels or more on
+    family 1Ah (Zen 5), none (infinity) where BYOC_INT8_WINOGRAD=0 and on other CPUs."""
     setting = os.environ.get("BYOC_INT8_WINOGRAD")
     if setting in ("0", "1"):
-        return setting == "1"
+        return 16 if setting == "1" else math.inf
     cpuinfo = Path("/proc/cpuinfo")
     fields = {}  # the first processor's
     for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") in ("25", "26")
+    if fields.get("vendor_id") != "AuthenticAMD":
+        return math.inf
+    return {"25": 16, "26": 64}.get(fields.get("cpu family"), math.inf)
+
+
+def avx512_winograd() -> bool:
+    """Whether the AVX-512 VNNI build takes its Winograd path for some layers here."""
+    return avx512_winograd_channels() < math.inf
 
 
 def winograd_rows(cin: int) -> int:

@@ -55,7 +55,7 @@
 #include "internal.h"
 
 #if B8_USE_AVX512VNNI
-#include <cpuid.h> /* b8_winograd_wanted */
+#include <cpuid.h> /* b8_winograd_fewest_inputs */
 #endif
 
 #if B8_WINOGRAD
@@ -101,36 +101,37 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
 }
 
 #if B8_USE_AVX512VNNI
-/* Whether the AVX-512 VNNI build takes the Winograd path, decided once per process:
- * BYOC_INT8_WINOGRAD=1 or 0 where set (read at the first convolution or packing), else whether
- * the CPU is AMD's, family 19h (Zen 4: Zen 3, also 19h, has no AVX-512) or 1Ah (Zen 5). Zen 4's
- * cores run a 512-bit operation as two 256-bit halves: vpdpbusd multiplies 64 bytes a cycle on
- * 512-bit vectors, and vpdpwssd twice 16 Winograd products, 128 direct ones' worth, so that
- * ResNet-18's 3x3 layers on 64 and 128 channels ran 1.45x and 1.6x faster than on the direct
- * tiles (one Zen 4 core, bench_conv.py, vpdpwssd on 256-bit vectors then), those on 256 and 512
- * 0.94x and 0.57x (by tiles of 2 rows, as with AVX-VNNI below). Zen 5's run 512-bit operations
- * whole, vpdpwssd on 512-bit vectors included: 1.10x and 1.18x there. Intel's cores with AVX-512
- * multiply 512-bit vectors as fast as 256-bit ones (F(2x4) on 512-bit vectors: 0.81x the direct
- * tiles, README). */
-static int b8_winograd_wanted(void) {
-  static int state; /* 0: not asked yet, 1: yes, -1: no */
-  int wanted = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
-  if (!wanted) {
+/* The fewest input channels of a layer that the AVX-512 VNNI build convolves by Winograd (of those
+ * that suit), decided once per process: BYOC_INT8_WINOGRAD=1 (any) or 0 (none) where set (read at
+ * the first convolution or packing), else by the CPU. AMD's family 19h (Zen 4: Zen 3, also 19h,
+ * has no AVX-512), any: its cores run a 512-bit operation as two 256-bit halves, so that vpdpbusd
+ * multiplies 64 bytes a cycle and vpdpwssd 32 Winograd products, 128 direct ones' worth: ResNet-18's
+ * 3x3 layers on 64 and 128 channels ran 1.45x and 1.6x faster than on the direct tiles (one Zen 4
+ * core, bench_conv.py, vpdpwssd on 256-bit vectors then), those on 256 and 512 0.94x and 0.57x (by
+ * tiles of 2 rows, as with AVX-VNNI below). Family 1Ah (Zen 5), 64: its cores run 512-bit
+ * operations whole, twice as fast; there Winograd ran 64 -> 64 channels at 56x56 1.10x, 128 -> 128
+ * at 28x28 1.18x, 64 -> 192 and 96 -> 128 (GoogLeNet) 1.2x, but layers on 16-48 input channels
+ * 0.74-0.93x (SqueezeNet's, GoogLeNet's: the transforms weigh more per product), and SqueezeNet's
+ * 64 -> 256 at 13x13 0.74x (4x4 tiles cover 16x16; the packing, which decides, does not know the
+ * size). Intel's cores with AVX-512 multiply 512-bit vectors as fast as 256-bit ones: none (F(2x4)
+ * on 512-bit vectors: 0.81x the direct tiles, README). */
+static int32_t b8_winograd_fewest_inputs(void) {
+  static int32_t fewest; /* 0: not asked yet */
+  int32_t channels = __atomic_load_n(&fewest, __ATOMIC_ACQUIRE);
+  if (!channels) {
     const char* setting = getenv("BYOC_INT8_WINOGRAD");
-    int yes;
     if (setting && (strcmp(setting, "0") == 0 || strcmp(setting, "1") == 0))
-      yes = setting[0] == '1';
+      channels = setting[0] == '1' ? 1 : INT32_MAX;
     else {
       /* the family: CPUID 1's base family, plus its extended family where the base is 0xF */
       unsigned int eax = 0, ebx, ecx, edx, family = 0;
       if (__get_cpuid(1, &eax, &ebx, &ecx, &edx))
         family = (eax >> 8 & 0xF) == 0xF ? 0xF + (eax >> 20 & 0xFF) : eax >> 8 & 0xF;
-      yes = __builtin_cpu_is("amd") && (family == 0x19 || family == 0x1A);
+      channels = !__builtin_cpu_is("amd") ? INT32_MAX : family == 0x19 ? 1 : family == 0x1A ? 64 : INT32_MAX;
     }
-    wanted = yes ? 1 : -1;
-    __atomic_store_n(&state, wanted, __ATOMIC_RELEASE);
+    __atomic_store_n(&fewest, channels, __ATOMIC_RELEASE);
   }
-  return wanted > 0;
+  return channels;
 }
 #endif
 
@@ -139,7 +140,7 @@ static int b8_winograd_wanted(void) {
  * only tiles of 4 rows where U is made once per call: with AVX-VNNI, ResNet-18's 3x3 layers on 64
  * and 128 channels 1.12-1.2x faster than the direct tiles by tiles of 2 rows, and tiles of 4 (U
  * whole) 1.21x and 1.14x faster again; on 256 0.98x by tiles of 2, 0.93x by tiles of 4, on 512 at
- * 7x7 0.72x and 0.70x. The AVX-512 VNNI build only where b8_winograd_wanted. */
+ * 7x7 0.72x and 0.70x. The AVX-512 VNNI build only on b8_winograd_fewest_inputs or more. */
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   if (!(conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
         conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
@@ -149,7 +150,7 @@ int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   if (!(b8_winograd_rows(filter_dims) == 4 && b8_winograd_whole_u(filter_dims))) return 0;
 #endif
 #if B8_USE_AVX512VNNI
-  return b8_winograd_wanted();
+  return filter_dims->c >= b8_winograd_fewest_inputs();
 #else
   return 1;
 #endif
