@@ -911,10 +911,10 @@ def test_conv2d_winograd(kernels, seed):
 @pytest.mark.parametrize("setting", ["1", "0"])
 def test_avx512_winograd_follows_the_setting(kernel_build, tmp_path, monkeypatch, setting):
     """The AVX-512 VNNI build convolves the Winograd cases by Winograd's F(4x4, 3x3) where
-    BYOC_INT8_WINOGRAD=1 (what it does unasked on AMD Zen 4 and Zen 5) and on its direct tiles where it is 0
-    (what it does unasked on Intel's cores), deciding once per process (so in a fresh one here):
-    exact both ways in every rounding, with the row blocks the path model expects of the setting
-    (kernel_calls.call_conv2d checks b8_conv2d_s8_row_block)."""
+    BYOC_INT8_WINOGRAD=1 (what it does unasked on AMD's Zen 4; on Zen 5 from 64 input channels) and on
+    its direct tiles where it is 0 (what it does unasked on Intel's cores), deciding once per process
+    (so in a fresh one here): exact both ways in every rounding, with the row blocks the path model
+    expects of the setting (kernel_calls.call_conv2d checks b8_conv2d_s8_row_block)."""
     missing = missing_cpu_features("avx512vnni")
     if missing:
         pytest.skip(f"the avx512vnni kernels are not tested: this CPU lacks {', '.join(sorted(missing))}")
