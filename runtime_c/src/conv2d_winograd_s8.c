@@ -108,8 +108,9 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
  * multiplies 64 bytes a cycle and vpdpwssd 32 Winograd products, 128 direct ones' worth: ResNet-18's
  * 3x3 layers on 64 and 128 channels ran 1.45x and 1.6x faster than on the direct tiles (one Zen 4
  * core, bench_conv.py, vpdpwssd on 256-bit vectors then), those on 256 and 512 0.94x and 0.57x (by
- * tiles of 2 rows, as with AVX-VNNI below). Family 1Ah (Zen 5), 64: its cores run 512-bit
- * operations whole, twice as fast; there Winograd ran 64 -> 64 channels at 56x56 1.10x, 128 -> 128
+ * tiles of 2 rows, as with AVX-VNNI below). Family 1Ah (Zen 5), 64: its server and desktop cores
+ * run 512-bit operations whole, twice as fast (its mobile ones split them as Zen 4 does: not
+ * measured); there Winograd ran 64 -> 64 channels at 56x56 1.10x, 128 -> 128
  * at 28x28 1.18x, 64 -> 192 and 96 -> 128 (GoogLeNet) 1.2x, but layers on 16-48 input channels
  * 0.74-0.93x (SqueezeNet's, GoogLeNet's: the transforms weigh more per product), and SqueezeNet's
  * 64 -> 256 at 13x13 0.74x (4x4 tiles cover 16x16; the packing, which decides, does not know the
