@@ -444,7 +444,7 @@ def avx512_winograd_channels() -> float:
     family 1Ah (Zen 5), none (infinity) where BYOC_INT8_WINOGRAD=0 and on other CPUs."""
     setting = os.environ.get("BYOC_INT8_WINOGRAD")
     if setting in ("0", "1"):
-        return 16 if setting == "1" else math.inf
+        return 1 if setting == "1" else math.inf
     cpuinfo = Path("/proc/cpuinfo")
     fields = {}  # the first processor's
     for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
@@ -452,7 +452,7 @@ def avx512_winograd_channels() -> float:
         fields.setdefault(key.strip(), value.strip())
     if fields.get("vendor_id") != "AuthenticAMD":
         return math.inf
-    return {"25": 16, "26": 64}.get(fields.get("cpu family"), math.inf)
+    return {"25": 1, "26": 64}.get(fields.get("cpu family"), math.inf)
 
 
 def avx512_winograd() -> bool:

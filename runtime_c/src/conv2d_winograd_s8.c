@@ -110,11 +110,10 @@ static int b8_winograd_whole_u(const b8_dims* filter_dims) {
  * core, bench_conv.py, vpdpwssd on 256-bit vectors then), those on 256 and 512 0.94x and 0.57x (by
  * tiles of 2 rows, as with AVX-VNNI below). Family 1Ah (Zen 5), 64: its server and desktop cores
  * run 512-bit operations whole, twice as fast (its mobile ones split them as Zen 4 does: not
- * measured); there Winograd ran 64 -> 64 channels at 56x56 1.10x, 128 -> 128
- * at 28x28 1.18x, 64 -> 192 and 96 -> 128 (GoogLeNet) 1.2x, but layers on 16-48 input channels
- * 0.74-0.93x (SqueezeNet's, GoogLeNet's: the transforms weigh more per product), and SqueezeNet's
- * 64 -> 256 at 13x13 0.74x (4x4 tiles cover 16x16; the packing, which decides, does not know the
- * size). Intel's cores with AVX-512 multiply 512-bit vectors as fast as 256-bit ones: none (F(2x4)
+ * measured); there Winograd ran 64 -> 64 channels at 56x56 1.10x, 128 -> 128 at 28x28 1.18x,
+ * 64 -> 192 and 96 -> 128 (GoogLeNet) 1.2x, but layers on 16-48 input channels 0.74-0.93x
+ * (SqueezeNet's, GoogLeNet's: the transforms weigh more per product), and SqueezeNet's 64 -> 256
+ * at 13x13 0.74x (4x4 tiles cover 16x16; the packing, which decides, does not know the size). Intel's cores with AVX-512 multiply 512-bit vectors as fast as 256-bit ones: none (F(2x4)
  * on 512-bit vectors: 0.81x the direct tiles, README). */
 static int32_t b8_winograd_fewest_inputs(void) {
   static int32_t fewest; /* 0: not asked yet */
