@@ -271,59 +271,6 @@ static void b8_copy_tile_rows(const int8_t* first_row, int64_t step, int64_t row
  * a block of channels; patches are `depth` bytes (a multiple of 4) and w is packed as
  * [depth / 4][block][4]. */
 #if B8_USE_AVX512VNNI
-/* The requantization of one block of 32 channels, its parameters loaded once for all the pixels
- * of a tile: the estimate's from the call's table (b8_estimate_table), the exact path's from
- * quant (the one place where the VNNI tiles read quant->multiplier and quant->shift). */
-typedef struct {
-  b8_estimate_x16_params estimate[2]; /* channels 0-15 and 16-31 of the block */
-  const int32_t *multiplier[2], *shift[2];
-  __m512i zero_point, lo, hi, order;
-} b8_block32_epilogue;
-
-static void b8_block32_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
-                                     int32_t oc0, int32_t channels, b8_block32_epilogue* e) {
-  for (int32_t half = 0; half < 2; ++half) {
-    const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
-    e->estimate[half].scale = _mm512_loadu_ps(table + oc);
-    e->estimate[half].offset_nonnegative = _mm512_loadu_ps(table + padded_c + oc);
-    e->estimate[half].offset_negative = _mm512_loadu_ps(table + 2 * padded_c + oc);
-    e->multiplier[half] = quant->multiplier + oc;
-    e->shift[half] = quant->shift + oc;
-  }
-  e->zero_point = _mm512_set1_epi32(quant->output_zero_point);
-  e->lo = _mm512_set1_epi8((char)quant->act_min);
-  e->hi = _mm512_set1_epi8((char)quant->act_max);
-  /* After two packs each 128-bit lane i holds dword i of four vectors (A B C D); this gathers
-   * A's four dwords, then B's, C's and D's. */
-  e->order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-}
-
-/* The exact output stage of 16 accumulators of half h of the block, plus the zero point. */
-static __m512i b8_block32_exact(const b8_block32_epilogue* e, __m512i acc, int h) {
-  const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_loadu_si512((const void*)e->shift[h]));
-  return b8_requantize_output_x16(acc, _mm512_loadu_si512((const void*)e->multiplier[h]), right, e->zero_point);
-}
-
-/* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
- * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The float estimate
- * does it unless a lane is unsure; then the integer path redoes all four. The int32 -> int16 ->
- * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
-B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
-                                    __m512i c, int hc, __m512i d, int hd) {
-  __mmask16 unsure = 0;
-  __m512i ya = b8_estimate_x16(a, &e->estimate[ha], &unsure), yb = b8_estimate_x16(b, &e->estimate[hb], &unsure);
-  __m512i yc = b8_estimate_x16(c, &e->estimate[hc], &unsure), yd = b8_estimate_x16(d, &e->estimate[hd], &unsure);
-  if (__builtin_expect(unsure != 0, 0)) {
-    ya = b8_block32_exact(e, a, ha);
-    yb = b8_block32_exact(e, b, hb);
-    yc = b8_block32_exact(e, c, hc);
-    yd = b8_block32_exact(e, d, hd);
-  }
-  const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(ya, yb), _mm512_packs_epi32(yc, yd));
-  const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
-  return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
-}
-
 /* -shift x the sum of each of the tile's 8 pixels' patches (`segments` runs of n bytes,
  * segment[s][p]) into terms: per pixel, vpdpbusd of ones 64 bytes at a time (the bytes past a
  * run's end masked, not read) into 16 partial sums; then the 8 vectors' lanes summed together,

@@ -43,10 +43,11 @@
  * (36 / 9 x 2 for 4), 5.3x the filter, and read from memory it made a 3x3 layer on 512 channels at
  * 7x7 pixels wait on the memory. Tiles of rows x 4 output
  * pixels in blocks of up to b8_winograd_block_tiles: a block's V (int16, [positions][tiles][c]) is
- * made once; then, per 16 output channels, per position, V times that position's U by 6 tiles x
- * 16 channels at a time (12 accumulators), into M ([positions][tiles][16] int32); then per tile
- * A^T M A4, the division, the bias and the convolutions' output stage (b8_block_finish: two pixels'
- * 16 channels at a time). */
+ * made once; then, per 16 output channels (32 with AVX-512), per position, V times that
+ * position's U by 6 tiles x 16 (or 32) channels at a time (12 accumulators), into M ([positions]
+ * [tiles][16] int32 per 16 channels); then per tile A^T M A4, the division, the bias and the
+ * convolutions' output stage (b8_block_finish: two pixels' 16 channels at a time; with AVX-512,
+ * b8_block32_finish, four). The AVX-512 build's transforms work on 512-bit vectors (b8_wg_vec). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,12 @@ enum { B8_WG_MAX_PIXELS = 16, B8_WG_MAX_C = 896, B8_WG4_MAX_C = 224 };
  * reads it (a whole block's U, 393 KB on 512 channels, went to L2 and back: 1.5x the time). */
 enum { B8_WG_PIECE = 32 };
 enum { B8_WEIGHTS_WINOGRAD = 0x77673233 };
+/* Blocks of 16 output channels per GEMM call at most (b8_winograd_gemm_tiles), each with its M. */
+#if B8_USE_AVX512VNNI
+enum { B8_WG_BLOCKS = 2 };
+#else
+enum { B8_WG_BLOCKS = 1 };
+#endif
 
 static int32_t b8_winograd_channels(const b8_dims* filter_dims) {
   return (filter_dims->n + B8_WG_CHANNELS - 1) / B8_WG_CHANNELS * B8_WG_CHANNELS;
@@ -184,7 +191,7 @@ int32_t b8_winograd_scratch_size(const b8_dims* filter_dims) {
   const int32_t tiles = b8_winograd_block_tiles(filter_dims), c = filter_dims->c;
   const int32_t rows = b8_winograd_rows(filter_dims), positions = b8_winograd_positions(rows);
   const int64_t u = b8_winograd_whole_u(filter_dims) ? 0 : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE;
-  return (int32_t)(2 * positions * tiles * c + positions * tiles * B8_WG_CHANNELS * 4 + u +
+  return (int32_t)(2 * positions * tiles * c + B8_WG_BLOCKS * positions * tiles * B8_WG_CHANNELS * 4 + u +
                    16 * b8_winograd_channels(filter_dims) + 64);
 }
 
@@ -284,53 +291,94 @@ static void b8_winograd_filter(const int8_t* g, int32_t pairs, int16_t* u, int64
   }
 }
 
+/* The input and output transforms' vectors: 512-bit in the AVX-512 VNNI build (32 input channels
+ * of int16, 16 output channels of int32: a block's in one), else 256-bit (16 and 8). The masks
+ * load and store the input transform's first 16 channels only (a layer on 32k + 16 channels). */
+#if B8_USE_AVX512VNNI
+typedef __m512i b8_wg_vec;
+typedef __mmask32 b8_wg_mask;
+enum { B8_WG_LANES = 16 };
+#define B8_WG_ADD16 _mm512_add_epi16
+#define B8_WG_SUB16 _mm512_sub_epi16
+#define B8_WG_SLLI16 _mm512_slli_epi16
+#define B8_WG_ADD32 _mm512_add_epi32
+#define B8_WG_SUB32 _mm512_sub_epi32
+#define B8_WG_SLLI32 _mm512_slli_epi32
+#define B8_WG_SRAI32 _mm512_srai_epi32
+#define B8_WG_MULLO32 _mm512_mullo_epi32
+#define B8_WG_SET16 _mm512_set1_epi16
+#define B8_WG_SET32 _mm512_set1_epi32
+#define B8_WG_LOAD32(p) _mm512_loadu_si512((const void*)(p))
+#define B8_WG_WIDEN(p, mask) _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, p))
+#define B8_WG_STORE16(p, x, mask) _mm512_mask_storeu_epi16(p, mask, x)
+#else
+typedef __m256i b8_wg_vec;
+typedef int b8_wg_mask;
+enum { B8_WG_LANES = 8 };
+#define B8_WG_ADD16 _mm256_add_epi16
+#define B8_WG_SUB16 _mm256_sub_epi16
+#define B8_WG_SLLI16 _mm256_slli_epi16
+#define B8_WG_ADD32 _mm256_add_epi32
+#define B8_WG_SUB32 _mm256_sub_epi32
+#define B8_WG_SLLI32 _mm256_slli_epi32
+#define B8_WG_SRAI32 _mm256_srai_epi32
+#define B8_WG_MULLO32 _mm256_mullo_epi32
+#define B8_WG_SET16 _mm256_set1_epi16
+#define B8_WG_SET32 _mm256_set1_epi32
+#define B8_WG_LOAD32(p) _mm256_loadu_si256((const __m256i*)(p))
+#define B8_WG_WIDEN(p, mask) ((void)(mask), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(p))))
+#define B8_WG_STORE16(p, x, mask) ((void)(mask), _mm256_storeu_si256((__m256i*)(p), x))
+#endif
+/* Input channels per step of the input transform; vectors per block of output channels. */
+enum { B8_WG_INPUT_STEP = 2 * B8_WG_LANES, B8_WG_HALVES = B8_WG_CHANNELS / B8_WG_LANES };
+
 /* B4^T x (x0 .. x5): F(4, 3)'s input transform, 6 values (|result| <= 10 max |x|). */
-B8_INLINE void b8_wg_b4(const __m256i x[6], __m256i r[6]) {
-  const __m256i p = _mm256_sub_epi16(x[4], _mm256_slli_epi16(x[2], 2)); /* x4 - 4 x2 */
-  const __m256i q = _mm256_sub_epi16(x[3], _mm256_slli_epi16(x[1], 2)); /* x3 - 4 x1 */
-  const __m256i e = _mm256_sub_epi16(x[4], x[2]);                        /* x4 - x2 */
-  const __m256i f = _mm256_slli_epi16(_mm256_sub_epi16(x[3], x[1]), 1); /* 2 (x3 - x1) */
-  r[0] = _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[0], x[2]), 2), e);
-  r[1] = _mm256_add_epi16(p, q);
-  r[2] = _mm256_sub_epi16(p, q);
-  r[3] = _mm256_add_epi16(e, f);
-  r[4] = _mm256_sub_epi16(e, f);
-  r[5] = _mm256_add_epi16(_mm256_slli_epi16(_mm256_sub_epi16(x[1], x[3]), 2), _mm256_sub_epi16(x[5], x[3]));
+B8_INLINE void b8_wg_b4(const b8_wg_vec x[6], b8_wg_vec r[6]) {
+  const b8_wg_vec p = B8_WG_SUB16(x[4], B8_WG_SLLI16(x[2], 2)); /* x4 - 4 x2 */
+  const b8_wg_vec q = B8_WG_SUB16(x[3], B8_WG_SLLI16(x[1], 2)); /* x3 - 4 x1 */
+  const b8_wg_vec e = B8_WG_SUB16(x[4], x[2]);                  /* x4 - x2 */
+  const b8_wg_vec f = B8_WG_SLLI16(B8_WG_SUB16(x[3], x[1]), 1); /* 2 (x3 - x1) */
+  r[0] = B8_WG_ADD16(B8_WG_SLLI16(B8_WG_SUB16(x[0], x[2]), 2), e);
+  r[1] = B8_WG_ADD16(p, q);
+  r[2] = B8_WG_SUB16(p, q);
+  r[3] = B8_WG_ADD16(e, f);
+  r[4] = B8_WG_SUB16(e, f);
+  r[5] = B8_WG_ADD16(B8_WG_SLLI16(B8_WG_SUB16(x[1], x[3]), 2), B8_WG_SUB16(x[5], x[3]));
 }
 
-/* V of one tile, all c channels, 16 at a time: the (rows + 2) x 6 input block from (iy0, ix0),
- * positions outside the input reading pad_value; position r x 6 + s at v + (r x 6 + s) x stride.
- * B2^T (or B4^T for tiles of 4 rows) down the columns, then B4^T along the rows. */
+/* V of one tile, all c channels, B8_WG_INPUT_STEP at a time: the (rows + 2) x 6 input block from
+ * (iy0, ix0), positions outside the input reading pad_value; position r x 6 + s at v + (r x 6 + s)
+ * x stride. B2^T (or B4^T for tiles of 4 rows) down the columns, then B4^T along the rows. */
 B8_INLINE void b8_winograd_input_rows(const int8_t* image, const b8_dims* input_dims, int32_t iy0, int32_t ix0,
                                       int32_t pad_value, int16_t* v, int64_t stride, const int32_t rows) {
   const int32_t c = input_dims->c;
-  const __m256i pad = _mm256_set1_epi16((int16_t)pad_value);
+  const b8_wg_vec pad = B8_WG_SET16((int16_t)pad_value);
   int inside[6][6];
   for (int32_t r = 0; r < rows + 2; ++r)
     for (int32_t s = 0; s < 6; ++s)
       inside[r][s] = iy0 + r >= 0 && iy0 + r < input_dims->h && ix0 + s >= 0 && ix0 + s < input_dims->w;
   const int8_t* at = image + ((int64_t)iy0 * input_dims->w + ix0) * c; /* formed only, never read outside */
   const int64_t row = (int64_t)input_dims->w * c;
-  for (int32_t c0 = 0; c0 < c; c0 += 16) {
-    __m256i t[6][6];
+  for (int32_t c0 = 0; c0 < c; c0 += B8_WG_INPUT_STEP) {
+    const b8_wg_mask mask = (b8_wg_mask)(c - c0 >= B8_WG_INPUT_STEP ? -1 : 0xFFFF); /* c: a multiple of 16 */
+    b8_wg_vec t[6][6];
     for (int32_t s = 0; s < 6; ++s) { /* B^T d, column s */
-      __m256i d[6], column[6];
-      for (int32_t r = 0; r < rows + 2; ++r)
-        d[r] = inside[r][s] ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(at + r * row + s * c + c0))) : pad;
+      b8_wg_vec d[6], column[6];
+      for (int32_t r = 0; r < rows + 2; ++r) d[r] = inside[r][s] ? B8_WG_WIDEN(at + r * row + s * c + c0, mask) : pad;
       if (rows == 4) {
         b8_wg_b4(d, column);
       } else {
-        column[0] = _mm256_sub_epi16(d[0], d[2]);
-        column[1] = _mm256_add_epi16(d[1], d[2]);
-        column[2] = _mm256_sub_epi16(d[2], d[1]);
-        column[3] = _mm256_sub_epi16(d[1], d[3]);
+        column[0] = B8_WG_SUB16(d[0], d[2]);
+        column[1] = B8_WG_ADD16(d[1], d[2]);
+        column[2] = B8_WG_SUB16(d[2], d[1]);
+        column[3] = B8_WG_SUB16(d[1], d[3]);
       }
       for (int32_t r = 0; r < rows + 2; ++r) t[r][s] = column[r];
     }
     for (int32_t r = 0; r < rows + 2; ++r) { /* (B^T d) B4, row r */
-      __m256i out[6];
+      b8_wg_vec out[6];
       b8_wg_b4(t[r], out);
-      for (int32_t s = 0; s < 6; ++s) _mm256_storeu_si256((__m256i*)(v + (r * 6 + s) * stride + c0), out[s]);
+      for (int32_t s = 0; s < 6; ++s) B8_WG_STORE16(v + (r * 6 + s) * stride + c0, out[s], mask);
     }
   }
 }
@@ -347,22 +395,31 @@ static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, in
  * `row` int32 apart, each a pair of int16), from m's values where `accumulate`: vpmaddwd
  * multiplies a pair of V by a pair of U per channel and sums them. 4 tiles end a block whose last
  * group has 1-4 (a 7x7 output has 8 tiles). With `fetch`, a line from `prefetch` on goes to L2
- * per line of u read. */
+ * per line of u read. With `blocks` 2 (AVX-512 only) the same for the next 16 output channels too,
+ * from u + u_block into m + m_block. */
 #if B8_USE_AVX512VNNI
-/* With AVX-512: vpdpwssd on 512-bit vectors, one per tile and step for the 16 channels, and two
- * accumulators per tile (even and odd steps), so that 12 chains cover the instruction's latency.
- * On AMD's Zen 5, whose cores run 512-bit operations whole, twice the products per cycle of the
- * 256-bit form (ResNet-18's 3x3 layers on 64 and 128 channels: README); on Zen 4, which splits
- * them into two 256-bit halves, as many. */
-B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                                      int accumulate, const int16_t* prefetch, const int n, const int fetch) {
+/* With AVX-512: vpdpwssd on 512-bit vectors, one per tile, step and block of 16 channels. On two
+ * blocks each broadcast of V serves both, 12 accumulators; on one, two accumulators per tile (even
+ * and odd steps), so that 12 chains cover the instruction's latency. (A broadcast per product held
+ * the GEMM at 84% of the peak on AMD's Zen 5, two at 99%: a stand-alone loop, L1-resident.) On Zen 5,
+ * whose cores run 512-bit operations whole, twice the products per cycle of the 256-bit form
+ * (ResNet-18's 3x3 layers on 64 and 128 channels: README); on Zen 4, which splits them into two
+ * 256-bit halves, as many. */
+B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int64_t u_block,
+                                      int32_t* m, int64_t m_block, int accumulate, const int16_t* prefetch,
+                                      const int n, const int fetch, const int blocks) {
   /* (no arrays of vectors: GCC zeroed them in memory, a third of the time of a call on 32 pairs) */
-#define B8_WG_START(t) \
-  (accumulate && (t) < n ? _mm512_loadu_si512((const void*)(m + (t) * B8_WG_CHANNELS)) : _mm512_setzero_si512())
-  __m512i e0 = B8_WG_START(0), e1 = B8_WG_START(1), e2 = B8_WG_START(2), e3 = B8_WG_START(3);
-  __m512i e4 = B8_WG_START(4), e5 = B8_WG_START(5);
-#undef B8_WG_START
+#define B8_WG_START(at, t) \
+  (accumulate && (t) < n ? _mm512_loadu_si512((const void*)((at) + (t) * B8_WG_CHANNELS)) : _mm512_setzero_si512())
+  __m512i e0 = B8_WG_START(m, 0), e1 = B8_WG_START(m, 1), e2 = B8_WG_START(m, 2), e3 = B8_WG_START(m, 3);
+  __m512i e4 = B8_WG_START(m, 4), e5 = B8_WG_START(m, 5);
+  int32_t* const m1 = blocks == 2 ? m + m_block : NULL; /* the second block's, or none (odd steps) */
   __m512i o0 = _mm512_setzero_si512(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0;
+  if (blocks == 2) {
+    o0 = B8_WG_START(m1, 0), o1 = B8_WG_START(m1, 1), o2 = B8_WG_START(m1, 2), o3 = B8_WG_START(m1, 3);
+    o4 = B8_WG_START(m1, 4), o5 = B8_WG_START(m1, 5);
+  }
+#undef B8_WG_START
   const int32_t *v0 = v, *v1 = v0 + row, *v2 = v1 + row, *v3 = v2 + row, *v4 = v3 + row, *v5 = v4 + row;
 #define B8_WG_STEP(r, acc, kk, w) acc = _mm512_dpwssd_epi32(acc, _mm512_set1_epi32((r)[kk]), w)
 #define B8_WG_STEPS(acc0, acc1, acc2, acc3, acc4, acc5, kk, w) \
@@ -376,30 +433,50 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
       B8_WG_STEP(v5, acc5, kk, w);                             \
     }                                                          \
   } while (0)
-  for (int32_t k = 0; k < pairs; k += 2, u += 4 * B8_WG_CHANNELS) { /* pairs: a multiple of 8 */
+  /* Pairs per iteration: one on two blocks, else two (pairs: a multiple of 8). The o
+   * accumulators take the second block's products, or the odd pairs'. */
+  const int32_t step = blocks == 2 ? 1 : 2;
+  const int16_t* u1 = blocks == 2 ? u + u_block : u + 2 * B8_WG_CHANNELS;
+  for (int32_t k = 0; k < pairs; k += step, u += 2 * B8_WG_CHANNELS * step, u1 += 2 * B8_WG_CHANNELS * step) {
     if (fetch) {
-      _mm_prefetch((const char*)prefetch, _MM_HINT_T1);
-      _mm_prefetch((const char*)(prefetch + 2 * B8_WG_CHANNELS), _MM_HINT_T1);
-      prefetch += 4 * B8_WG_CHANNELS;
+      for (int32_t line = 0; line < step; ++line)
+        _mm_prefetch((const char*)(prefetch + 2 * B8_WG_CHANNELS * line), _MM_HINT_T1);
+      prefetch += 2 * B8_WG_CHANNELS * step;
     }
-    const __m512i w0 = _mm512_loadu_si512((const void*)u), w1 = _mm512_loadu_si512((const void*)(u + 32));
+    const __m512i w0 = _mm512_loadu_si512((const void*)u), w1 = _mm512_loadu_si512((const void*)u1);
     B8_WG_STEPS(e0, e1, e2, e3, e4, e5, k, w0);
-    B8_WG_STEPS(o0, o1, o2, o3, o4, o5, k + 1, w1);
+    B8_WG_STEPS(o0, o1, o2, o3, o4, o5, blocks == 2 ? k : k + 1, w1);
+    /* (a register for each accumulator, kept across iterations: GCC 12 otherwise copied some of
+     * them to other registers and back every iteration) */
+    __asm__("" : "+v"(e0), "+v"(e1), "+v"(e2), "+v"(e3), "+v"(e4), "+v"(e5));
+    __asm__("" : "+v"(o0), "+v"(o1), "+v"(o2), "+v"(o3), "+v"(o4), "+v"(o5));
   }
 #undef B8_WG_STEPS
 #undef B8_WG_STEP
-  _mm512_storeu_si512((void*)m, _mm512_add_epi32(e0, o0));
-  _mm512_storeu_si512((void*)(m + B8_WG_CHANNELS), _mm512_add_epi32(e1, o1));
-  _mm512_storeu_si512((void*)(m + 2 * B8_WG_CHANNELS), _mm512_add_epi32(e2, o2));
-  _mm512_storeu_si512((void*)(m + 3 * B8_WG_CHANNELS), _mm512_add_epi32(e3, o3));
-  if (n > 4) {
-    _mm512_storeu_si512((void*)(m + 4 * B8_WG_CHANNELS), _mm512_add_epi32(e4, o4));
-    _mm512_storeu_si512((void*)(m + 5 * B8_WG_CHANNELS), _mm512_add_epi32(e5, o5));
+  if (blocks == 1) {
+    e0 = _mm512_add_epi32(e0, o0), e1 = _mm512_add_epi32(e1, o1), e2 = _mm512_add_epi32(e2, o2);
+    e3 = _mm512_add_epi32(e3, o3), e4 = _mm512_add_epi32(e4, o4), e5 = _mm512_add_epi32(e5, o5);
   }
+#define B8_WG_STORE(at, acc0, acc1, acc2, acc3, acc4, acc5)                   \
+  do {                                                                        \
+    _mm512_storeu_si512((void*)(at), acc0);                                   \
+    _mm512_storeu_si512((void*)((at) + B8_WG_CHANNELS), acc1);                \
+    _mm512_storeu_si512((void*)((at) + 2 * B8_WG_CHANNELS), acc2);            \
+    _mm512_storeu_si512((void*)((at) + 3 * B8_WG_CHANNELS), acc3);            \
+    if (n > 4) {                                                              \
+      _mm512_storeu_si512((void*)((at) + 4 * B8_WG_CHANNELS), acc4);          \
+      _mm512_storeu_si512((void*)((at) + 5 * B8_WG_CHANNELS), acc5);          \
+    }                                                                         \
+  } while (0)
+  B8_WG_STORE(m, e0, e1, e2, e3, e4, e5);
+  if (blocks == 2) B8_WG_STORE(m1, o0, o1, o2, o3, o4, o5);
+#undef B8_WG_STORE
 }
 #else
-B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                                      int accumulate, const int16_t* prefetch, const int n, const int fetch) {
+B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int64_t u_block,
+                                      int32_t* m, int64_t m_block, int accumulate, const int16_t* prefetch,
+                                      const int n, const int fetch, const int blocks) {
+  (void)u_block, (void)m_block, (void)blocks; /* one block at a time */
   __m256i acc[B8_WG_GROUP][2];
   for (int32_t t = 0; t < B8_WG_GROUP; ++t)
     for (int32_t h = 0; h < 2; ++h)
@@ -447,51 +524,53 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
 }
 #endif
 
-static void b8_winograd_gemm6(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                              int accumulate, const int16_t* prefetch) {
-  if (prefetch)
-    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, prefetch, 6, 1);
-  else
-    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, NULL, 6, 0);
-}
-
-static void b8_winograd_gemm4(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int32_t* m,
-                              int accumulate, const int16_t* prefetch) {
-  if (prefetch)
-    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, prefetch, 4, 1);
-  else
-    b8_winograd_gemm_tiles(v, row, pairs, u, m, accumulate, NULL, 4, 0);
-}
+/* The GEMM's forms: 6 or 4 tiles, 1 or 2 blocks of 16 output channels, fetching or not. */
+#define B8_WG_GEMM(name, n, blocks)                                                                               \
+  static void name(const int32_t* v, int64_t row, int32_t pairs, const int16_t* u, int64_t u_block, int32_t* m,   \
+                   int64_t m_block, int accumulate, const int16_t* prefetch) {                                    \
+    if (prefetch)                                                                                                 \
+      b8_winograd_gemm_tiles(v, row, pairs, u, u_block, m, m_block, accumulate, prefetch, n, 1, blocks);         \
+    else                                                                                                          \
+      b8_winograd_gemm_tiles(v, row, pairs, u, u_block, m, m_block, accumulate, NULL, n, 0, blocks);             \
+  }
+B8_WG_GEMM(b8_winograd_gemm6, 6, 1)
+B8_WG_GEMM(b8_winograd_gemm4, 4, 1)
+#if B8_USE_AVX512VNNI
+B8_WG_GEMM(b8_winograd_gemm6x2, 6, 2)
+B8_WG_GEMM(b8_winograd_gemm4x2, 4, 2)
+#else
+#define b8_winograd_gemm6x2 b8_winograd_gemm6 /* never called: one block at a time */
+#define b8_winograd_gemm4x2 b8_winograd_gemm4
+#endif
+#undef B8_WG_GEMM
 
 /* A4^T x (x0 .. x5): F(4, 3)'s output transform, 4 values, x5 counted `last` times (1, or 2 for
  * tiles of 4 rows, whose filter transform's last row is 12, not 24, x the textbook's). */
-B8_INLINE void b8_wg_a4(const __m256i x[6], const int32_t last, __m256i y[4]) {
-  const __m256i sum12 = _mm256_add_epi32(x[1], x[2]), diff12 = _mm256_sub_epi32(x[1], x[2]);
-  const __m256i sum34 = _mm256_add_epi32(x[3], x[4]), diff34 = _mm256_sub_epi32(x[3], x[4]);
-  y[0] = _mm256_add_epi32(_mm256_add_epi32(x[0], sum12), sum34);
-  y[1] = _mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 1));
-  y[2] = _mm256_add_epi32(sum12, _mm256_slli_epi32(sum34, 2));
-  y[3] = _mm256_add_epi32(_mm256_add_epi32(diff12, _mm256_slli_epi32(diff34, 3)),
-                          last == 2 ? _mm256_add_epi32(x[5], x[5]) : x[5]);
+B8_INLINE void b8_wg_a4(const b8_wg_vec x[6], const int32_t last, b8_wg_vec y[4]) {
+  const b8_wg_vec sum12 = B8_WG_ADD32(x[1], x[2]), diff12 = B8_WG_SUB32(x[1], x[2]);
+  const b8_wg_vec sum34 = B8_WG_ADD32(x[3], x[4]), diff34 = B8_WG_SUB32(x[3], x[4]);
+  y[0] = B8_WG_ADD32(B8_WG_ADD32(x[0], sum12), sum34);
+  y[1] = B8_WG_ADD32(diff12, B8_WG_SLLI32(diff34, 1));
+  y[2] = B8_WG_ADD32(sum12, B8_WG_SLLI32(sum34, 2));
+  y[3] = B8_WG_ADD32(B8_WG_ADD32(diff12, B8_WG_SLLI32(diff34, 3)), last == 2 ? B8_WG_ADD32(x[5], x[5]) : x[5]);
 }
 
 /* A^T M A4 for 16 channels of one tile (M's positions `stride` int32 apart), divided by 48 (tiles
  * of 2 rows: A2^T down the columns) or 576 (4 rows: A4^T), plus the bias: y[h][i] holds channels
- * 8h .. 8h + 7 of the tile's pixel i = 4 x row + column. */
-B8_INLINE void b8_winograd_output_rows(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
-                                       __m256i y[2][B8_WG_MAX_PIXELS], const int32_t rows) {
+ * B8_WG_LANES x h onwards of the tile's pixel i = 4 x row + column. */
+B8_INLINE void b8_winograd_output_rows(const int32_t* m, int64_t stride, const b8_wg_vec bias[B8_WG_HALVES],
+                                       b8_wg_vec y[B8_WG_HALVES][B8_WG_MAX_PIXELS], const int32_t rows) {
   const int32_t last = rows == 4 ? 2 : 1;
-  for (int32_t h = 0; h < 2; ++h) {
-    __m256i s[4][6]; /* A^T M */
+  for (int32_t h = 0; h < B8_WG_HALVES; ++h) {
+    b8_wg_vec s[4][6]; /* A^T M */
     for (int32_t c = 0; c < 6; ++c) {
-      __m256i x[6], column[4];
-      for (int32_t r = 0; r < rows + 2; ++r)
-        x[r] = _mm256_loadu_si256((const __m256i*)(m + (6 * r + c) * stride + 8 * h));
+      b8_wg_vec x[6], column[4];
+      for (int32_t r = 0; r < rows + 2; ++r) x[r] = B8_WG_LOAD32(m + (6 * r + c) * stride + B8_WG_LANES * h);
       if (rows == 4) {
         b8_wg_a4(x, last, column);
       } else {
-        column[0] = _mm256_add_epi32(_mm256_add_epi32(x[0], x[1]), x[2]);
-        column[1] = _mm256_sub_epi32(_mm256_sub_epi32(x[1], x[2]), x[3]);
+        column[0] = B8_WG_ADD32(B8_WG_ADD32(x[0], x[1]), x[2]);
+        column[1] = B8_WG_SUB32(B8_WG_SUB32(x[1], x[2]), x[3]);
       }
       for (int32_t r = 0; r < rows; ++r) s[r][c] = column[r];
     }
@@ -501,21 +580,18 @@ B8_INLINE void b8_winograd_output_rows(const int32_t* m, int64_t stride, __m256i
    * 2^32, 16 (64) x the sum modulo 2^32, which is 16 (64) x the sum itself in int32 while |sum| <
    * 2^27 (2^25); an arithmetic shift by 4 (6) leaves the sum. */
   const int32_t bits = rows == 4 ? 6 : 4;
-  const __m256i inverse = _mm256_set1_epi32(rows == 4 ? (int32_t)0x38E38E39u : (int32_t)0xAAAAAAABu);
-  for (int32_t i = 0; i < 4 * rows; ++i) {
-#define B8_WG_DIVIDE(x) _mm256_srai_epi32(_mm256_mullo_epi32(x, inverse), bits)
-    y[0][i] = _mm256_add_epi32(B8_WG_DIVIDE(y[0][i]), bias0);
-    y[1][i] = _mm256_add_epi32(B8_WG_DIVIDE(y[1][i]), bias1);
-#undef B8_WG_DIVIDE
-  }
+  const b8_wg_vec inverse = B8_WG_SET32(rows == 4 ? (int32_t)0x38E38E39u : (int32_t)0xAAAAAAABu);
+  for (int32_t i = 0; i < 4 * rows; ++i)
+    for (int32_t h = 0; h < B8_WG_HALVES; ++h)
+      y[h][i] = B8_WG_ADD32(B8_WG_SRAI32(B8_WG_MULLO32(y[h][i], inverse), bits), bias[h]);
 }
 
-static void b8_winograd_output(const int32_t* m, int64_t stride, __m256i bias0, __m256i bias1,
-                               __m256i y[2][B8_WG_MAX_PIXELS], int32_t rows) {
+static void b8_winograd_output(const int32_t* m, int64_t stride, const b8_wg_vec bias[B8_WG_HALVES],
+                               b8_wg_vec y[B8_WG_HALVES][B8_WG_MAX_PIXELS], int32_t rows) {
   if (rows == 4)
-    b8_winograd_output_rows(m, stride, bias0, bias1, y, 4);
+    b8_winograd_output_rows(m, stride, bias, y, 4);
   else
-    b8_winograd_output_rows(m, stride, bias0, bias1, y, 2);
+    b8_winograd_output_rows(m, stride, bias, y, 2);
 }
 
 /* What position p's first group of tiles fetches into L2 (a line per pair it multiplies): with U
@@ -551,10 +627,10 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   const int64_t tiles = (last_row - first_row + 1) * tiles_w;
   int8_t* base = (int8_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   int16_t* v = (int16_t*)base;                                            /* [positions][block][c] */
-  int32_t* m = (int32_t*)(base + (int64_t)2 * positions * block * c);     /* [positions][block][16] */
+  int32_t* m = (int32_t*)(base + (int64_t)2 * positions * block * c);     /* [blocks][positions][block][16] */
   /* U: whole in the packed filter (b8_winograd_pack_filter), else a piece's in the scratch. */
   const int whole_u = b8_winograd_whole_u(filter_dims);
-  int16_t* piece_u = (int16_t*)(m + positions * block * B8_WG_CHANNELS);
+  int16_t* piece_u = (int16_t*)(m + B8_WG_BLOCKS * positions * block * B8_WG_CHANNELS);
   const int16_t* u = whole_u ? (const int16_t*)(packed + b8_winograd_u_offset(filter_dims)) : piece_u;
   int32_t* start = (int32_t*)((int8_t*)piece_u + (whole_u ? 0 : 2 * positions * B8_WG_CHANNELS * B8_WG_PIECE));
   float* table = (float*)(start + channels);                          /* scale, offsets */
@@ -562,9 +638,11 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + channels, table + 2 * channels);
+#if !B8_USE_AVX512VNNI
   /* The output transform leaves each sum exact: the bias and 9 x c products. */
   const int32_t estimate_mode = vector_epilogue ? b8_estimate_mode(quant, bias, out_c, 9 * (int64_t)c)
                                                 : B8_ESTIMATE_FULL;
+#endif
   const __m256i lo = _mm256_set1_epi32(quant->act_min), hi = _mm256_set1_epi32(quant->act_max);
   const int64_t position = (int64_t)block * c; /* V's int16 from one position to the next */
   const int64_t filter_block = (int64_t)9 * B8_WG_CHANNELS * c; /* packed bytes per 16 channels */
@@ -599,18 +677,24 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
       b8_winograd_input(input + row / tiles_h * image_size, input_dims, rows * ty - conv->pad_top,
                         4 * tx - conv->pad_left, conv->pad_value, v + (int64_t)t * c, position, rows);
     }
-    for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += B8_WG_CHANNELS) {
+    int32_t blocks; /* of 16 output channels, per GEMM call: 2 with AVX-512 where U is whole */
+    for (int32_t oc0 = oc_begin; oc0 < oc_end; oc0 += blocks * B8_WG_CHANNELS) {
+      blocks = B8_WG_BLOCKS == 2 && whole_u && oc_end - oc0 > B8_WG_CHANNELS ? 2 : 1;
       /* U whole: each position's GEMM over all c; else per piece of B8_WG_PIECE input channels,
        * made then used while in L1, M accumulating over the pieces. */
       const int32_t piece = whole_u ? c : B8_WG_PIECE;
       const int64_t u_position = (int64_t)piece * B8_WG_CHANNELS; /* U's int16 per position */
+      const int64_t u_block = positions * u_position, m_block = (int64_t)positions * block * B8_WG_CHANNELS;
       for (int32_t c0 = 0; c0 < c; c0 += piece) {
         const int8_t* g = packed + oc0 / B8_WG_CHANNELS * filter_block + (int64_t)c0 * 9 * B8_WG_CHANNELS;
         const int16_t* up = whole_u ? u + (int64_t)oc0 * positions * c : u;
         if (!whole_u) b8_winograd_filter(g, piece / 2, piece_u, u_position, rows);
         /* U whole: a position's first group of tiles also fetches the next block's U for that
-         * position into L2, a line per line of its own. */
-        const int16_t* next_u = whole_u && oc0 + B8_WG_CHANNELS < oc_end ? up + positions * u_position : NULL;
+         * position into L2, a line per line of one block's own, and its second group the block
+         * after that where this call takes two. */
+        const int32_t next_oc = oc0 + blocks * B8_WG_CHANNELS;
+        const int16_t* next_u = whole_u && next_oc < oc_end ? up + blocks * u_block : NULL;
+        const int16_t* next_u2 = blocks == 2 && next_oc + B8_WG_CHANNELS < oc_end ? next_u + u_block : NULL;
         /* U per piece: the first positions' first groups fetch the next piece's int8 filter into
          * L2 instead, a line per pair (the pieces lie one after the other in the packed filter),
          * so that it does not come from memory when its transform reads it: the 3x3 layers on 256
@@ -622,48 +706,75 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
         const int32_t g_lines = piece * 9 * B8_WG_CHANNELS / 64;
         for (int32_t p = 0; p < positions; ++p) {
           const int16_t* fetch = b8_winograd_fetch(next_u, next_g, p, u_position, piece / 2, g_lines);
-          for (int32_t g0 = 0; g0 < slots; g0 += g0 < B8_WG_GROUP * sixes ? B8_WG_GROUP : 4)
-            (g0 < B8_WG_GROUP * sixes ? b8_winograd_gemm6 : b8_winograd_gemm4)(
+          const int16_t* fetch2 = next_u2 ? next_u2 + p * u_position : NULL;
+          for (int32_t g0 = 0; g0 < slots; g0 += g0 < B8_WG_GROUP * sixes ? B8_WG_GROUP : 4) {
+            const int six = g0 < B8_WG_GROUP * sixes;
+            (blocks == 2 ? six ? b8_winograd_gemm6x2 : b8_winograd_gemm4x2
+                         : six ? b8_winograd_gemm6 : b8_winograd_gemm4)(
                 (const int32_t*)(v + p * position + (int64_t)g0 * c + c0), pairs, piece / 2, up + p * u_position,
-                m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, c0 > 0, g0 == 0 ? fetch : NULL);
+                u_block, m + ((int64_t)p * block + g0) * B8_WG_CHANNELS, m_block, c0 > 0,
+                g0 == 0 ? fetch : g0 == B8_WG_GROUP ? fetch2 : NULL);
+          }
         }
       }
-      const int32_t block_c = oc_end - oc0 < B8_WG_CHANNELS ? oc_end - oc0 : B8_WG_CHANNELS;
-      /* Whole blocks requantize two pixels' 16 channels at a time (b8_block_finish). */
-      const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
-      b8_block_epilogue e;
-      memset(&e, 0, sizeof e); /* read only where fused: zeroed for the compiler's sake */
-      if (fused) b8_block_epilogue_load(quant, table, channels, oc0, estimate_mode, &e);
-      const __m256i bias0 = _mm256_loadu_si256((const __m256i*)(start + oc0));
-      const __m256i bias1 = _mm256_loadu_si256((const __m256i*)(start + oc0 + 8));
-      for (int32_t t = 0; t < count; ++t) {
-        int8_t* out[B8_WG_MAX_PIXELS]; /* the tile's pixels this call writes, or NULL */
-        for (int32_t i = 0; i < tile_pixels; ++i) out[i] = where[t][i] < 0 ? NULL : output + where[t][i] + oc0;
-        __m256i y[2][B8_WG_MAX_PIXELS]; /* channels 0-7 and 8-15 of the tile's pixels */
-        b8_winograd_output(m + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias0, bias1, y, rows);
-        if (fused) {
-          for (int32_t i = 0; i < tile_pixels; i += 2) {
-            const __m256i bytes = b8_block_finish(&e, y[0][i], y[1][i], y[0][i + 1], y[1][i + 1]);
-            if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm256_castsi256_si128(bytes));
-            if (out[i + 1]) _mm_storeu_si128((__m128i*)out[i + 1], _mm256_extracti128_si256(bytes, 1));
-          }
-          continue;
-        }
-        for (int32_t i = 0; i < tile_pixels; ++i) {
-          if (!out[i]) continue;
-          for (int32_t h = 0; h < 2 && 8 * h < block_c; ++h) {
-            if (vector_epilogue) {
-              b8_estimate_x8_params estimate;
-              estimate.scale = _mm256_loadu_ps(table + oc0 + 8 * h);
-              estimate.offset_nonnegative = _mm256_loadu_ps(table + channels + oc0 + 8 * h);
-              estimate.offset_negative = _mm256_loadu_ps(table + 2 * channels + oc0 + 8 * h);
-              b8_output_s8x8(y[h][i], &estimate, quant, oc0 + 8 * h, lo, hi, out[i] + 8 * h);
-              continue;
+      for (int32_t b = 0; b < blocks; ++b) {
+        const int32_t oc = oc0 + b * B8_WG_CHANNELS;
+        const int32_t block_c = oc_end - oc < B8_WG_CHANNELS ? oc_end - oc : B8_WG_CHANNELS;
+        /* Whole blocks requantize in registers: with AVX-512 four pixels' 16 channels at a time
+         * (b8_block32_finish), else two (b8_block_finish). */
+        const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
+#if B8_USE_AVX512VNNI
+        b8_block32_epilogue e;
+        memset(&e, 0, sizeof e); /* read only where fused: zeroed for the compiler's sake */
+        if (fused) b8_block32_epilogue_load(quant, table, channels, oc, B8_WG_CHANNELS, &e);
+#else
+        b8_block_epilogue e;
+        memset(&e, 0, sizeof e);
+        if (fused) b8_block_epilogue_load(quant, table, channels, oc, estimate_mode, &e);
+#endif
+        b8_wg_vec bias_block[B8_WG_HALVES];
+        for (int32_t h = 0; h < B8_WG_HALVES; ++h) bias_block[h] = B8_WG_LOAD32(start + oc + B8_WG_LANES * h);
+        for (int32_t t = 0; t < count; ++t) {
+          int8_t* out[B8_WG_MAX_PIXELS]; /* the tile's pixels this call writes, or NULL */
+          for (int32_t i = 0; i < tile_pixels; ++i) out[i] = where[t][i] < 0 ? NULL : output + where[t][i] + oc;
+          b8_wg_vec y[B8_WG_HALVES][B8_WG_MAX_PIXELS]; /* the tile's pixels' 16 channels */
+          b8_winograd_output(m + b * m_block + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias_block,
+                             y, rows);
+          if (fused) {
+#if B8_USE_AVX512VNNI
+            for (int32_t i = 0; i < tile_pixels; i += 4) {
+              const __m512i bytes = b8_block32_finish(&e, y[0][i], 0, y[0][i + 1], 0, y[0][i + 2], 0, y[0][i + 3], 0);
+              if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm512_castsi512_si128(bytes));
+              if (out[i + 1]) _mm_storeu_si128((__m128i*)out[i + 1], _mm512_extracti32x4_epi32(bytes, 1));
+              if (out[i + 2]) _mm_storeu_si128((__m128i*)out[i + 2], _mm512_extracti32x4_epi32(bytes, 2));
+              if (out[i + 3]) _mm_storeu_si128((__m128i*)out[i + 3], _mm512_extracti32x4_epi32(bytes, 3));
             }
-            int32_t sums[8];
-            _mm256_storeu_si256((__m256i*)sums, y[h][i]);
-            for (int32_t k = 0; k < 8 && 8 * h + k < block_c; ++k)
-              out[i][8 * h + k] = b8_output_s8(sums[k], quant, oc0 + 8 * h + k);
+#else
+            for (int32_t i = 0; i < tile_pixels; i += 2) {
+              const __m256i bytes = b8_block_finish(&e, y[0][i], y[1][i], y[0][i + 1], y[1][i + 1]);
+              if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm256_castsi256_si128(bytes));
+              if (out[i + 1]) _mm_storeu_si128((__m128i*)out[i + 1], _mm256_extracti128_si256(bytes, 1));
+            }
+#endif
+            continue;
+          }
+          for (int32_t i = 0; i < tile_pixels; ++i) {
+            if (!out[i]) continue;
+            int32_t sums[B8_WG_CHANNELS];
+            for (int32_t h = 0; h < B8_WG_HALVES; ++h) memcpy(sums + B8_WG_LANES * h, &y[h][i], sizeof(b8_wg_vec));
+            for (int32_t h = 0; h < 2 && 8 * h < block_c; ++h) {
+              if (vector_epilogue) {
+                b8_estimate_x8_params estimate;
+                estimate.scale = _mm256_loadu_ps(table + oc + 8 * h);
+                estimate.offset_nonnegative = _mm256_loadu_ps(table + channels + oc + 8 * h);
+                estimate.offset_negative = _mm256_loadu_ps(table + 2 * channels + oc + 8 * h);
+                b8_output_s8x8(_mm256_loadu_si256((const __m256i*)(sums + 8 * h)), &estimate, quant, oc + 8 * h, lo,
+                               hi, out[i] + 8 * h);
+                continue;
+              }
+              for (int32_t k = 0; k < 8 && 8 * h + k < block_c; ++k)
+                out[i][8 * h + k] = b8_output_s8(sums[8 * h + k], quant, oc + 8 * h + k);
+            }
           }
         }
       }

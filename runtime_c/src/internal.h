@@ -300,8 +300,8 @@ B8_INLINE void b8_output_s8x8(__m256i sum, const b8_estimate_x8_params* estimate
 }
 
 /* The output stage of whole blocks of 16 channels, two pixels at a time, in registers: the AVX2
- * and AVX-VNNI tiles' and the Winograd path's (the AVX-512 VNNI tiles have their own on blocks of
- * 32, b8_block32_finish in conv2d_s8.c).
+ * and AVX-VNNI builds' tiles and Winograd path (the AVX-512 VNNI build has its own on 16-lane
+ * vectors, b8_block32_finish below).
  * b8_block_epilogue is one block's requantization, loaded once per tile: the estimate's from the
  * call's table, the exact path's from quant. */
 typedef struct {
@@ -529,6 +529,61 @@ B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, 
   const __m512i high = _mm512_cvt_roundps_epi32(above, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   *unsure = (__mmask16)(*unsure | _mm512_cmpneq_epi32_mask(low, high));
   return low;
+}
+
+/* The output stage of the AVX-512 VNNI build's tiles (conv2d_s8.c: blocks of 32 channels, or 16),
+ * and of its Winograd path (blocks of 16), four vectors of 16 channels at a time, in registers.
+ * b8_block32_epilogue is one block's requantization, its parameters loaded once for all the pixels
+ * of a tile: the estimate's from the call's table (b8_estimate_table), the exact path's from
+ * quant. */
+typedef struct {
+  b8_estimate_x16_params estimate[2]; /* channels 0-15 and 16-31 of the block */
+  const int32_t *multiplier[2], *shift[2];
+  __m512i zero_point, lo, hi, order;
+} b8_block32_epilogue;
+
+B8_INLINE void b8_block32_epilogue_load(const b8_requant_params* quant, const float* table, int32_t padded_c,
+                                        int32_t oc0, int32_t channels, b8_block32_epilogue* e) {
+  for (int32_t half = 0; half < 2; ++half) {
+    const int32_t oc = oc0 + (half * 16 < channels ? half * 16 : 0); /* a narrow block repeats its 16 */
+    e->estimate[half].scale = _mm512_loadu_ps(table + oc);
+    e->estimate[half].offset_nonnegative = _mm512_loadu_ps(table + padded_c + oc);
+    e->estimate[half].offset_negative = _mm512_loadu_ps(table + 2 * padded_c + oc);
+    e->multiplier[half] = quant->multiplier + oc;
+    e->shift[half] = quant->shift + oc;
+  }
+  e->zero_point = _mm512_set1_epi32(quant->output_zero_point);
+  e->lo = _mm512_set1_epi8((char)quant->act_min);
+  e->hi = _mm512_set1_epi8((char)quant->act_max);
+  /* After two packs each 128-bit lane i holds dword i of four vectors (A B C D); this gathers
+   * A's four dwords, then B's, C's and D's. */
+  e->order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+}
+
+/* The exact output stage of 16 accumulators of half h of the block, plus the zero point. */
+B8_INLINE __m512i b8_block32_exact(const b8_block32_epilogue* e, __m512i acc, int h) {
+  const __m512i right = _mm512_sub_epi32(_mm512_set1_epi32(31), _mm512_loadu_si512((const void*)e->shift[h]));
+  return b8_requantize_output_x16(acc, _mm512_loadu_si512((const void*)e->multiplier[h]), right, e->zero_point);
+}
+
+/* Requantizes four vectors of accumulators (a, b, c, d: channels of `which` halves), adds the
+ * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The float estimate
+ * does it unless a lane is unsure; then the integer path redoes all four. The int32 -> int16 ->
+ * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
+B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
+                                    __m512i c, int hc, __m512i d, int hd) {
+  __mmask16 unsure = 0;
+  __m512i ya = b8_estimate_x16(a, &e->estimate[ha], &unsure), yb = b8_estimate_x16(b, &e->estimate[hb], &unsure);
+  __m512i yc = b8_estimate_x16(c, &e->estimate[hc], &unsure), yd = b8_estimate_x16(d, &e->estimate[hd], &unsure);
+  if (__builtin_expect(unsure != 0, 0)) {
+    ya = b8_block32_exact(e, a, ha);
+    yb = b8_block32_exact(e, b, hb);
+    yc = b8_block32_exact(e, c, hc);
+    yd = b8_block32_exact(e, d, hd);
+  }
+  const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(ya, yb), _mm512_packs_epi32(yc, yd));
+  const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
+  return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
 }
 
 /* b8_small_rescale on 16 lanes of differences. */
