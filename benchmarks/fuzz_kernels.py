@@ -223,12 +223,15 @@ def _conv_geometry(rng, case: dict, group_in: int, out_c: int, depthwise: bool =
         sh = sw = int(rng.choice([1, 2]))
         dh = dw = 1
     n = 1 if chance(rng, 0.8) else int(rng.integers(2, 4))
+    # At most 4M MACs, or one output pixel per image where that alone is more (a tall kernel on many
+    # channels), which the draws below reach in time (a bound of 4M there looped forever).
+    budget = max(4_000_000, n * out_c * kh * kw * group_in)
     while True:
         h, w = (extent(rng, 16), extent(rng, 16)) if mobilenet else (extent(rng), extent(rng))
         top, oh = window(rng, h, kh, sh, dh)
         left, ow = window(rng, w, kw, sw, dw)
         macs = n * oh * ow * out_c * kh * kw * group_in
-        if macs <= 4_000_000:
+        if macs <= budget:
             break
     return {**case, "n": n, "hw": (h, w), "kernel": (kh, kw), "strides": (sh, sw), "padding": (top, left),
             "dilation": (dh, dw), "out_hw": (oh, ow)}

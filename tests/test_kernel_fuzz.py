@@ -70,6 +70,28 @@ def test_every_exported_kernel_is_fuzzed(kernel_build):
     assert lib.called == exported
 
 
+def test_a_draw_whose_one_output_pixel_passes_the_work_bound_ends():
+    """Configuration 6036 of seed 78 (tflite rounding): an 18 x 7 kernel, dilated, on enough channels
+    that a single output pixel per image passes the 4M MACs the geometry keeps to. The draw looped
+    forever there (the whole fuzzer hung on it); it now ends on one output pixel. SIGALRM turns an
+    endless loop into a failure, not a hung suite."""
+    import signal
+
+    def hung(signum, frame):
+        raise AssertionError("the draw did not end in 20 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        case = fuzz_kernels.draw("conv2d", "tflite", 6036, 78)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    (kh, kw), (n, oh, ow) = case["weight"].shape[1:3], (case["x"].shape[0], *case["out_hw"])
+    macs = n * oh * ow * case["weight"].shape[0] * kh * kw * case["weight"].shape[3]
+    assert (kh, kw, oh, ow) == (18, 7, 1, 1) and macs > 4_000_000
+
+
 def test_draws_are_reproducible_and_independent():
     a = fuzz_kernels.draw("conv2d", "tflite", 17, SEED)
     b = fuzz_kernels.draw("conv2d", "tflite", 17, SEED)
