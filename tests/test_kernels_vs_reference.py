@@ -914,16 +914,19 @@ def test_avx512_winograd_follows_the_setting(kernel_build, tmp_path, monkeypatch
     BYOC_INT8_WINOGRAD=1 (what it does unasked on AMD's Zen 4; on Zen 5 from 64 input channels) and on
     its direct tiles where it is 0 (what it does unasked on Intel's cores), deciding once per process
     (so in a fresh one here): exact both ways in every rounding, with the row blocks the path model
-    expects of the setting (kernel_calls.call_conv2d checks b8_conv2d_s8_row_block)."""
+    expects of the setting (kernel_calls.call_conv2d checks b8_conv2d_s8_row_block). The cases
+    include one in shares of whole channel blocks (32 channels each in this build: its GEMM takes
+    them as pairs of its blocks of 16, from a share's first channel)."""
     missing = missing_cpu_features("avx512vnni")
     if missing:
         pytest.skip(f"the avx512vnni kernels are not tested: this CPU lacks {', '.join(sorted(missing))}")
     monkeypatch.setenv("BYOC_INT8_WINOGRAD", setting)  # for the path model here and the fresh process
-    cases = [winograd_case(seed) for seed in WINOGRAD_SEEDS]
+    cases = [winograd_case(seed) for seed in WINOGRAD_SEEDS] + [channel_share_case(2)]
     winograd = [case for case in cases if "winograd" in kernel_calls.conv2d_paths(case, "avx512vnni")]
     # 512 channels: tiles of 2 rows, never with VNNI
     four_rows = [case for case in cases if case["weight"].shape[3] <= 224]
-    assert len(four_rows) == 10 and len(winograd) == (len(four_rows) if setting == "1" else 0)
+    assert len(four_rows) == 11 and len(winograd) == (len(four_rows) if setting == "1" else 0)
+    assert "channel shares" in kernel_calls.conv2d_paths(cases[-1], "avx512vnni")
     batches = {rounding: [("conv2d", case, kernel_calls.expected("conv2d", case, rounding)) for case in cases]
                for rounding in kernel_calls.ROUNDINGS}
     (tmp_path / "cases.pkl").write_bytes(pickle.dumps(batches))
