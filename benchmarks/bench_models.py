@@ -145,6 +145,36 @@ class Quiesce:
         self.seconds += time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class CpuTimes:
+    """CPU-seconds so far: the machine's busy time (every CPU, /proc/stat: all but idle and iowait),
+    of it the hypervisor's steal, and this process's own (its threads and its waited-for children:
+    the peak benchmark, the C compiler), at wall-clock time `wall`."""
+
+    busy: float
+    steal: float
+    own: float
+    wall: float
+
+
+def cpu_times() -> CpuTimes:
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    hz = os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return CpuTimes(busy=(sum(ticks) - ticks[3] - ticks[4]) / hz, steal=ticks[7] / hz,
+                    own=own.user + own.system + own.children_user + own.children_system, wall=time.perf_counter())
+
+
+def other_cpu_share(start: CpuTimes, end: CpuTimes, cpus: int) -> tuple[float, float]:
+    """The share of the machine's `cpus` CPUs that other processes used between two readings (their
+    busy time, this process's own left out; the load average counts this process's threads, and for
+    a minute after it the work that ended before it), and the share the hypervisor stole."""
+    capacity = max(end.wall - start.wall, 1e-9) * cpus
+    others = (end.busy - start.busy) - (end.own - start.own) - (end.steal - start.steal)
+    return max(others, 0.0) / capacity, (end.steal - start.steal) / capacity
+
+
 def affinity_summary() -> str:
     masks: dict[str, int] = {}
     for tid in os.listdir("/proc/self/task"):
@@ -490,9 +520,12 @@ def main() -> None:
     print(f"versions: onnxruntime {ort_version}, torch {torch.__version__}, batch {args.batch}, "
           f"threads {','.join(map(str, threads))}, {args.blocks} blocks x {args.runs} runs\n")
 
-    load_start = os.getloadavg()[0]
-    print(f"load average at the start: {load_start:.1f} on {len(ALL_CPUS)} CPUs"
-          + (" (other work is running: timings and peaks are noisy)" if load_start > 0.5 else "") + "\n")
+    run_start = cpu_times()
+    time.sleep(1.0)
+    others, steal = other_cpu_share(run_start, cpu_times(), os.cpu_count() or 1)
+    print(f"other processes in the second before the run: {100 * others:.0f}% of the machine's "
+          f"{os.cpu_count()} CPUs, hypervisor steal {100 * steal:.0f}%"
+          + (" (other work is running: timings and peaks are noisy)" if others + steal > 0.1 else "") + "\n")
     peaks, peak_error = measure_peaks(threads)
     if peaks:
         print("int8 MAC peak, GMAC/s (benchmarks/int8_peak.c; avx2 = vpmaddubsw+vpmaddwd+vpaddd, "
@@ -595,11 +628,11 @@ def main() -> None:
           "every session / pool configuration and every block; before each block the script waited until "
           f"the process's other threads slept ({quiesce.waits} waits, {quiesce.seconds:.1f} s in all, "
           f"{quiesce.timeouts} gave up after 1 s). Threads at the end of the last model: {affinity}.")
-    load_end = os.getloadavg()[0]
-    if max(load_start, load_end) > len(ALL_CPUS) / 2:
-        print(f"- The machine was busy (load average {load_start:.1f} at the start, {load_end:.1f} at the end, "
-              f"{len(ALL_CPUS)} CPUs): peaks measured under load can be low (a share over 100%), and "
-              "multi-thread runs that wait for every thread at each layer (OpenMP, TVM's pool) suffer most.")
+    others, steal = other_cpu_share(run_start, cpu_times(), os.cpu_count() or 1)
+    print(f"- Other processes used {100 * others:.1f}% of the machine's {os.cpu_count()} CPUs during the run "
+          f"(this one's threads and children left out), the hypervisor stole {100 * steal:.1f}%"
+          + (": peaks measured under load can be low (a share over 100%), and multi-thread runs that wait for "
+             "every thread at each layer (OpenMP, TVM's pool) suffer most." if others + steal > 0.05 else "."))
     print(f"- Peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB.")
     if args.batch > 1:
         print(f"- Batch {args.batch}: byoc-int8 compiles the model at that batch; ms/image = ms per run / "

@@ -4,6 +4,7 @@ one line naming the option), before any model is built, never as a traceback."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,25 @@ def test_paired_ratio_cancels_a_slow_phase():
     assert paired_ratio(system, reference) == pytest.approx(0.5)
     assert paired_ratio(reference, system) == pytest.approx(2.0)
     assert ratio_text(system, reference) == "0.50 (0.50-1.50)" and ratio_text(reference, reference) == "1.00"
+
+
+def test_other_cpu_share_leaves_out_the_process_own_work():
+    """bench_models.py's measure of other work on the machine (the load average counted its own
+    threads, and for a minute the work that ended before it): readings give the shares exactly, and
+    this process burning a CPU shows in its own time and the machine's busy time alike."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_models import CpuTimes, cpu_times, other_cpu_share
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    before = CpuTimes(busy=100.0, steal=1.0, own=10.0, wall=50.0)
+    after = CpuTimes(busy=103.0, steal=1.5, own=11.0, wall=52.0)
+    # 3 CPU-seconds busy in 2 s on 2 CPUs: 1 this process's, 0.5 stolen, 1.5 others'
+    assert other_cpu_share(before, after, 2) == pytest.approx((0.375, 0.125))
+    start = cpu_times()
+    until = time.perf_counter() + 0.3
+    while time.perf_counter() < until:
+        pass
+    end = cpu_times()
+    own = end.own - start.own
+    assert own >= 0.2 and end.busy - start.busy >= 0.8 * own
