@@ -529,8 +529,9 @@ def main() -> None:
     peaks, peak_error = measure_peaks(threads)
     if peaks:
         print("int8 MAC peak, GMAC/s (benchmarks/int8_peak.c; avx2 = vpmaddubsw+vpmaddwd+vpaddd, "
-              "avx512vnni = vpdpbusd zmm, avxvnni = vpdpbusd ymm, amx = tdpbssd on tiles):\n")
-        isas = sorted({isa for isa, _ in peaks}, key=["avx2", "avxvnni", "avx512vnni", "amx"].index)
+              "avx512bw = the same on zmm, avx512vnni = vpdpbusd zmm, avxvnni = vpdpbusd ymm, amx = tdpbssd "
+              "on tiles):\n")
+        isas = sorted({isa for isa, _ in peaks}, key=["avx2", "avxvnni", "avx512bw", "avx512vnni", "amx"].index)
         print("| ISA | " + " | ".join(f"{t} thread{'s' * (t > 1)}" for t in threads) + " |")
         print("|---|" + "---:|" * len(threads))
         for isa in isas:

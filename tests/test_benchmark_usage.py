@@ -85,3 +85,24 @@ def test_other_cpu_share_leaves_out_the_process_own_work():
     end = cpu_times()
     own = end.own - start.own
     assert own >= 0.2 and end.busy - start.busy >= 0.8 * own
+
+
+def test_int8_peak_measures_each_isa_the_cpu_runs():
+    """benchmarks/int8_peak.c (the peaks bench_models.py and bench_conv.py judge kernels by): a
+    positive figure for every ISA this CPU has, none for one it lacks."""
+    from byoc_int8.codegen.emit_c import cpu_flags
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_models import measure_peaks
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    flags = cpu_flags()
+    needs = {"avx2": {"avx2"}, "avxvnni": {"avx2", "avx_vnni"}, "avx512bw": {"avx512f", "avx512bw"},
+             "avx512vnni": {"avx512f", "avx512bw", "avx512_vnni"}}
+    peaks, error = measure_peaks([1])
+    assert not error, error
+    # AMX also needs the OS to grant the tile state: present or not, it is not judged here.
+    measured = {isa for isa, _ in peaks if isa != "amx"}
+    assert measured == {isa for isa, flag_set in needs.items() if flag_set <= flags}
+    assert set(peaks) >= {(isa, 1) for isa in measured} and min(peaks.values()) > 0
