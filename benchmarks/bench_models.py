@@ -3,7 +3,7 @@
     pip install -e '.[bench]'      # onnxruntime, onnx (without them their rows are left out)
     python benchmarks/bench_models.py [--models resnet18,mobilenet_v2] [--threads 1,2]
         [--blocks 5] [--runs 10] [--simd avx2] [--portable] [--batch 1] [--calib 16] [--weight-bits 8,7]
-        [--ort-isa avx2|avxvnni]
+        [--ort-isa avx2|avxvnni|avx512bw]
 
 Models: torchvision networks with random weights and randomized batch-norm statistics (as
 ``benchmarks/coverage.py`` builds them), standard-normal inputs. Systems: byoc-int8 with each
@@ -15,7 +15,9 @@ eager fp32.
 All of them calibrate on the same ``--calib`` inputs. ``--ort-isa avx2`` runs ONNX Runtime on its
 AVX2 int8 kernels on a CPU with AVX-512 VNNI (``benchmarks/ort_isa.py`` hides AVX-512 and VNNI
 from its CPUID), against byoc-int8's AVX2 build: the AVX2 comparison on one CPU. ``--ort-isa
-avxvnni`` hides AVX-512 only (a CPU with AVX-VNNI), against byoc-int8's AVX-VNNI and AVX2 builds.
+avxvnni`` hides AVX-512 only (a CPU with AVX-VNNI), against byoc-int8's AVX-VNNI and AVX2 builds;
+``--ort-isa avx512bw`` hides VNNI only (a CPU of AVX-512 without VNNI, as Intel's Skylake-SP: ONNX
+Runtime's AVX-512 int8 kernels), against byoc-int8's AVX2 build, the one such a CPU runs.
 
 Measurement: every (system, thread count) runs once per block, each thread count's systems back
 to back (both orders rotated each block) so that a slow phase of the machine hits every system
@@ -450,10 +452,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="images per run (default 1)")
     parser.add_argument("--calib", type=int, default=16, help="calibration inputs (default 16)")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
-    parser.add_argument("--ort-isa", choices=("native", "avx2", "avxvnni"), default="native",
+    parser.add_argument("--ort-isa", choices=("native", "avx2", "avxvnni", "avx512bw"), default="native",
                         help="avx2: ONNX Runtime sees a CPU without AVX-512 and VNNI and runs its AVX2 int8 "
                              "kernels (benchmarks/ort_isa.py), byoc-int8 its AVX2 build; avxvnni: AVX-512 hidden "
-                             "only (ONNX Runtime's AVX-VNNI kernels), byoc-int8's AVX-VNNI and AVX2 builds")
+                             "only (ONNX Runtime's AVX-VNNI kernels), byoc-int8's AVX-VNNI and AVX2 builds; "
+                             "avx512bw: VNNI hidden only (ONNX Runtime's AVX-512 kernels), byoc-int8's AVX2 build")
     parser.add_argument("--weight-bits", default="8",
                         help="byoc-int8 weight widths to run each build with, comma-separated: 8 (the default), "
                              "7 (rows 'w7': the AVX2 kernels' fast path, one bit of weight precision less)")
@@ -495,8 +498,10 @@ def main() -> None:
             print(f"byoc-int8 {b}: this CPU lacks {', '.join(sorted(SIMD_FLAGS[b] - flags))}; not run")
         builds = [b for b in builds if b in runnable]
     else:
-        # With ONNX Runtime on its AVX2 (or AVX-VNNI) kernels, byoc-int8's builds of those ISAs.
-        hidden = {"native": (), "avx2": ("amx", "avx512vnni", "avxvnni"), "avxvnni": ("amx", "avx512vnni")}[args.ort_isa]
+        # With ONNX Runtime on its AVX2, AVX-VNNI or AVX-512 (no VNNI) kernels, the byoc-int8 builds that
+        # a CPU of that ISA runs.
+        no_vnni = ("amx", "avx512vnni", "avxvnni")
+        hidden = {"native": (), "avx2": no_vnni, "avxvnni": ("amx", "avx512vnni"), "avx512bw": no_vnni}[args.ort_isa]
         builds = [b for b in runnable if (b != "portable" or args.portable) and b not in hidden]
     # ONNX Runtime's (and PyTorch's) int8 kernels: VNNI at best (ONNX Runtime 1.32 does not run
     # its convolutions on AMX tiles; ResNet-18 at about half the VNNI peak on an AMX CPU).
@@ -514,7 +519,7 @@ def main() -> None:
     except ImportError:
         ort_version = "not installed (pip install -e '.[bench]'): its rows are left out"
     if hidden_isa:
-        seen = "no AVX-512 / VNNI" if args.ort_isa == "avx2" else "no AVX-512 (AVX-VNNI kept)"
+        seen = ort_isa.HIDDEN_ISAS[args.ort_isa][0]
         print(f"ONNX Runtime sees {seen}: {hidden_isa.patched} cpuid instructions of its library patched, "
               f"answered by benchmarks/cpuid_avx2.c (benchmarks/ort_isa.py); it runs its {args.ort_isa} int8 kernels")
     print(f"versions: onnxruntime {ort_version}, torch {torch.__version__}, batch {args.batch}, "
@@ -615,10 +620,13 @@ def main() -> None:
           f"the best int8 ISA here ({best_isa}), which their kernels dispatch to; '-' for float and the "
           "portable build.")
     if hidden_isa:
-        kernels = ("its AVX2 int8 kernels, whose u8 x s8 pairs saturate at int16 (byoc-int8's AVX2 build is exact)"
-                   if args.ort_isa == "avx2" else "its AVX-VNNI int8 kernels")
-        print(f"- ONNX Runtime ran with {'AVX-512 and VNNI' if args.ort_isa == 'avx2' else 'AVX-512'} hidden from "
-              f"its CPUID ({hidden_isa.answered()} CPUID queries answered): {kernels}. PyTorch saw the whole CPU. "
+        kernels = {"avx2": "its AVX2 int8 kernels, whose u8 x s8 pairs saturate at int16 (byoc-int8's AVX2 build "
+                           "is exact)",
+                   "avxvnni": "its AVX-VNNI int8 kernels",
+                   "avx512bw": "its AVX-512 int8 kernels, whose u8 x s8 pairs saturate at int16 as the AVX2 "
+                               "ones do (byoc-int8's AVX2 build is exact)"}[args.ort_isa]
+        print(f"- ONNX Runtime saw {ort_isa.HIDDEN_ISAS[args.ort_isa][0]} in its CPUID "
+              f"({hidden_isa.answered()} CPUID queries answered): {kernels}. PyTorch saw the whole CPU. "
               "The same instructions run on this CPU's cores, not on a CPU of those ISAs alone.")
     print(f"- Threads: byoc-int8 through TVM's pool (TVM_NUM_THREADS={max(threads)} sizes it; "
           "runtime.config_threadpool(1, n) before each block; TVM_BIND_THREADS="

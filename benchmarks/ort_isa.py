@@ -1,13 +1,14 @@
-"""ONNX Runtime on its AVX2 int8 kernels, on a CPU that also has AVX-512 VNNI.
+"""ONNX Runtime on the int8 kernels of a lesser x86 ISA, on a CPU that also has AVX-512 VNNI.
 
 ONNX Runtime picks its int8 kernels from CPUID and has no option to pick others. To compare
-byoc-int8's AVX2 build with ONNX Runtime's AVX2 kernels on one CPU, `import_onnxruntime_avx2`
+byoc-int8's AVX2 build with ONNX Runtime's AVX2 kernels on one CPU, `import_onnxruntime_as`
 imports a copy of the installed `onnxruntime` package in which every `cpuid` instruction of its
 native library is replaced by `int3; nop` (same length). The SIGTRAP handler of
-`benchmarks/cpuid_avx2.c` answers those with the real CPUID less the AVX-512, AVX-VNNI and AMX
-feature bits, so the copy sees an AVX2-only CPU of the same model (or, keeping AVX-VNNI, one of
-AVX2 and AVX-VNNI without AVX-512, as Intel's client cores). Nothing else in the process
-is affected. This stands in for an AVX2-only machine: the same instructions run on another
+`benchmarks/cpuid_avx2.c` answers those with the real CPUID less the feature bits of the ISA
+asked for (HIDDEN_ISAS): the copy sees an AVX2-only CPU of the same model; or one of AVX2 and
+AVX-VNNI without AVX-512, as Intel's client cores; or one of AVX-512 without VNNI, as Intel's
+Skylake-SP servers (where byoc-int8, finding no VNNI, runs its AVX2 build). Nothing else in the
+process is affected. This stands in for such a machine: the same instructions run on another
 core design, so it is not a measurement of such a machine.
 
 Needs the system cc and binutils' objdump; Linux x86-64 only. Must run before anything imports
@@ -34,11 +35,17 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 CPUID = b"\x0f\xa2"
 TRAP_CPUID = b"\xcc\x90"  # int3; nop: the handler resumes after the nop
+# What ONNX Runtime is shown, per --ort-isa value: a description, and cpuid_avx2.c's mode.
+HIDDEN_ISAS = {
+    "avx2": ("no AVX-512 / VNNI", 0),
+    "avxvnni": ("no AVX-512 (AVX-VNNI kept)", 1),
+    "avx512bw": ("AVX-512 F/CD/BW/DQ/VL without VNNI (Intel Skylake-SP's set)", 2),
+}
 
 
 @dataclass
 class HiddenIsa:
-    """What `import_onnxruntime_avx2` did: the module, the patched library, its CPUID count."""
+    """What `import_onnxruntime_as` did: the module, the patched library, its CPUID count."""
 
     module: ModuleType
     library: Path
@@ -87,9 +94,11 @@ def _build_handler(workdir: Path) -> ctypes.CDLL:
     return handler
 
 
-def import_onnxruntime_avx2(keep_avx_vnni: bool = False) -> HiddenIsa:
-    """Imports `onnxruntime` from a patched copy (removed at exit) that sees no AVX-512 or VNNI
-    (with `keep_avx_vnni`, no AVX-512 but AVX-VNNI: its AVX-VNNI int8 kernels)."""
+def import_onnxruntime_as(isa: str = "avx2") -> HiddenIsa:
+    """Imports `onnxruntime` from a patched copy (removed at exit) that sees the CPU as `isa` (a
+    key of HIDDEN_ISAS) shows it, and runs that ISA's int8 kernels."""
+    if isa not in HIDDEN_ISAS:
+        raise ValueError(f"unknown ISA {isa!r}: choose from {', '.join(HIDDEN_ISAS)}")
     if "onnxruntime" in sys.modules:
         raise RuntimeError("onnxruntime is already imported: hide AVX-512 from it before its first import")
     spec = importlib.util.find_spec("onnxruntime")
@@ -98,7 +107,8 @@ def import_onnxruntime_avx2(keep_avx_vnni: bool = False) -> HiddenIsa:
     workdir = Path(tempfile.mkdtemp(prefix="ort_avx2"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     handler = _build_handler(workdir)
-    handler.cpuid_avx2_keep_avx_vnni(int(keep_avx_vnni))
+    if handler.cpuid_avx2_set_mode(HIDDEN_ISAS[isa][1]) != 0:
+        raise RuntimeError(f"{HERE / 'cpuid_avx2.c'} rejected mode {HIDDEN_ISAS[isa][1]}")
     package = workdir / "onnxruntime"
     shutil.copytree(Path(spec.origin).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     libraries = sorted((package / "capi").glob("onnxruntime_pybind11_state*.so"))
@@ -116,10 +126,11 @@ def import_onnxruntime_avx2(keep_avx_vnni: bool = False) -> HiddenIsa:
 
 
 def import_for_option(parser: argparse.ArgumentParser, isa: str) -> HiddenIsa:
-    """`import_onnxruntime_avx2` for a script's ``--ort-isa avx2|avxvnni``; what stops it (no cc or
-    objdump, no onnxruntime, a library unlike 1.32's) ends the script as the parser's usage error."""
+    """`import_onnxruntime_as` for a script's ``--ort-isa avx2|avxvnni|avx512bw``; what stops it (no
+    cc or objdump, no onnxruntime, a library unlike 1.32's) ends the script as the parser's usage
+    error."""
     try:
-        return import_onnxruntime_avx2(keep_avx_vnni=isa == "avxvnni")
+        return import_onnxruntime_as(isa)
     except (OSError, ImportError, RuntimeError, subprocess.CalledProcessError) as err:
         detail = (getattr(err, "stderr", None) or "").strip().splitlines()
         parser.error(f"--ort-isa {isa}: {err}" + (f" ({detail[-1]})" if detail else ""))

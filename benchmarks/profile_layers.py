@@ -20,10 +20,10 @@ the timed calls' (the rest: argument checks, the arena, int8 copies).
 bench_models.py builds it, on the same calibration inputs and input) with its own per-node profiler,
 at each thread count, and sets its convolutions, dense layers and adds beside byoc-int8's, matched
 in order: per layer shape the summed ms of both and their ratio, the layers that lose most first
-(--ort-isa avx2 / avxvnni as in bench_models.py: ONNX Runtime's AVX2 or AVX-VNNI kernels on a CPU
-with AVX-512; pick --simd to match). ONNX Runtime runs after byoc-int8 at each thread count, not
-alternated with it: a slow phase of the machine may hit one of them only; bench_models.py gives the
-models' ratio.
+(--ort-isa avx2 / avxvnni / avx512bw as in bench_models.py: ONNX Runtime's AVX2, AVX-VNNI or
+AVX-512-without-VNNI kernels on a CPU with AVX-512 VNNI; pick --simd to match). ONNX Runtime runs
+after byoc-int8 at each thread count, not alternated with it: a slow phase of the machine may hit
+one of them only; bench_models.py gives the models' ratio.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> None:
                         help="images per run (default 1); every figure is per image (a run's time / batch)")
     parser.add_argument("--ort", action="store_true",
                         help="also ONNX Runtime's u8 int8 model, per node, beside byoc-int8's layers")
-    parser.add_argument("--ort-isa", choices=("native", "avx2", "avxvnni"), default="native",
+    parser.add_argument("--ort-isa", choices=("native", "avx2", "avxvnni", "avx512bw"), default="native",
                         help="with --ort: the kernels ONNX Runtime sees (bench_models.py --ort-isa)")
     args = parser.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",") if t})

@@ -1,6 +1,7 @@
 """benchmarks/ort_isa.py: ONNX Runtime imported with AVX-512 and VNNI hidden runs its AVX2 int8
 kernels, whose vpmaddubsw pairs saturate at int16; with AVX-512 hidden and AVX-VNNI kept, its
-AVX-VNNI kernels; unpatched, it runs the CPU's best kernels.
+AVX-VNNI kernels; with VNNI alone hidden, kernels that saturate too (its AVX-512 ones); unpatched,
+it runs the CPU's best kernels. The CPUID answers of each mode are checked bit by bit.
 
 The probe is an int8 MatMulInteger whose every product is 255 x -128: an exact kernel sums them
 (VNNI's vpdpbusd widens each product to 32 bits), the AVX2 one clamps each pair to -32768."""
@@ -10,6 +11,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from byoc_int8.codegen.emit_c import cpu_flags
 
@@ -22,7 +25,7 @@ sys.path.insert(0, {str(ROOT / "benchmarks")!r})
 import numpy as np
 if sys.argv[1] != "native":
     import ort_isa
-    hidden = ort_isa.import_onnxruntime_avx2(keep_avx_vnni=sys.argv[1] == "avxvnni")
+    hidden = ort_isa.import_onnxruntime_as(sys.argv[1])
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
@@ -71,3 +74,67 @@ def test_hidden_avx512_with_avx_vnni_kept_runs_exact_kernels(tmp_path):
     assert kept["values"] == [EXACT if "avx_vnni" in cpu_flags() else SATURATED]
     assert kept["patched"] > 0 and kept["answered"] > 0
     assert str(tmp_path) in kept["module"]
+
+
+def test_hidden_vnni_with_avx512_kept_runs_saturating_kernels(tmp_path):
+    kept = _probe("avx512bw", tmp_path)
+    assert kept["values"] == [SATURATED]
+    assert kept["patched"] > 0 and kept["answered"] > 0
+
+
+# In a child process (the handler stays installed in its process): a library whose cpuid
+# instructions report leaves 7.0 and 7.1, run as built and as patched with ONNX Runtime's, the
+# handler in the mode given.
+LEAF7_C = """#include <cpuid.h>
+void leaf7(unsigned out[5]) {
+  unsigned a, b, c, d;
+  __cpuid_count(7, 0, a, b, c, d);
+  out[0] = b, out[1] = c, out[2] = d;
+  __cpuid_count(7, 1, a, b, c, d);
+  out[3] = a, out[4] = d;
+}
+"""
+LEAF7_PROBE = f"""
+import ctypes, json, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import ort_isa
+
+isa, tmp = sys.argv[1], Path(sys.argv[2])
+built, patched = tmp / "libleaf7.so", tmp / "libleaf7_patched.so"
+subprocess.run(["cc", "-O1", "-shared", "-fPIC", str(tmp / "leaf7.c"), "-o", str(built)], check=True)
+patched.write_bytes(built.read_bytes())
+count = ort_isa.patch_cpuid(patched)
+handler = ort_isa._build_handler(tmp)
+modes = [handler.cpuid_avx2_set_mode(ort_isa.HIDDEN_ISAS[isa][1]), handler.cpuid_avx2_set_mode(3)]
+real, answered = (ctypes.c_uint * 5)(), (ctypes.c_uint * 5)()
+ctypes.CDLL(str(built)).leaf7(real)
+ctypes.CDLL(str(patched)).leaf7(answered)
+print(json.dumps(dict(patched=count, modes=modes, real=list(real), answered=list(answered),
+                      count=handler.cpuid_avx2_answered())))
+"""
+BIT = [1 << n for n in range(32)]
+# (leaf 7.0 EBX, ECX, EDX, leaf 7.1 EAX, EDX): the bits every mode hides, then those it keeps.
+HIDDEN = (BIT[16] | BIT[17] | BIT[21] | BIT[26] | BIT[27] | BIT[28] | BIT[30] | BIT[31],
+          BIT[1] | BIT[6] | BIT[11] | BIT[12] | BIT[14],
+          BIT[2] | BIT[3] | BIT[8] | BIT[22] | BIT[23] | BIT[24] | BIT[25],
+          BIT[4] | BIT[5] | BIT[23],
+          BIT[4] | BIT[5] | BIT[10])
+KEPT = {"avx2": (0, 0, 0, 0, 0),
+        "avxvnni": (0, 0, 0, BIT[4], 0),  # AVX-VNNI
+        "avx512bw": (BIT[16] | BIT[17] | BIT[28] | BIT[30] | BIT[31], 0, 0, 0, 0)}  # F, DQ, CD, BW, VL
+
+
+@pytest.mark.parametrize("isa", sorted(KEPT))
+def test_cpuid_answers_hide_the_mode_bits(tmp_path, isa):
+    (tmp_path / "leaf7.c").write_text(LEAF7_C)
+    out = subprocess.run([sys.executable, "-c", LEAF7_PROBE, isa, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["patched"] == 2 and report["count"] == 2
+    assert report["modes"] == [0, -1]  # the mode taken; mode 3 refused (the one set stands)
+    expected = [r & ~(h & ~k) for r, h, k in zip(report["real"], HIDDEN, KEPT[isa])]
+    assert report["answered"] == expected, [hex(v) for v in report["answered"]]
+    if isa == "avx512bw" and report["real"][0] & BIT[30]:  # this CPU's AVX-512BW shows through, VNNI not
+        assert report["answered"][0] & BIT[30] and not report["answered"][1] & BIT[11]
