@@ -154,7 +154,7 @@ def main() -> None:
     peaks, peak_error = measure_peaks([1])
     if peak_error:
         sys.exit(peak_error)
-    peak = {isa: peaks.get((isa, 1)) for isa in ("amx", "avx512vnni", "avxvnni", "avx2")}
+    peak = {isa: peaks.get((isa, 1)) for isa in ("amx", "avx512vnni", "avx512bw", "avxvnni", "avx2")}
     peak["portable"] = peak["avx2"]
     rng = np.random.default_rng(0)
     for model in args.models.split(","):

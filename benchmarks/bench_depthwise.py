@@ -42,7 +42,8 @@ import kernel_calls  # noqa: E402
 from kernel_calls import ConvParams, Dims, RequantParams, i8, i32, ptr  # noqa: E402
 
 ISA = {"portable": "portable C99 (compiler autovectorization only)", "avx2": "AVX2 (256-bit)",
-       "avxvnni": "AVX-VNNI (256-bit)", "avx512vnni": "AVX-512 (512-bit, +VNNI)",
+       "avxvnni": "AVX-VNNI (256-bit)", "avx512bw": "AVX2 (256-bit; the AVX-512BW build's depthwise)",
+       "avx512vnni": "AVX-512 (512-bit, +VNNI)",
        "amx": "AMX (AVX-512 VNNI depthwise)"}
 # MobileNetV2's depthwise layers at 224x224: (input h = w, channels, stride, occurrences).
 LAYERS = [(112, 32, 1, 1), (112, 96, 2, 1), (56, 144, 1, 1), (56, 144, 2, 1), (28, 192, 1, 2), (28, 192, 2, 1),

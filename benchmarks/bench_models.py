@@ -17,7 +17,7 @@ AVX2 int8 kernels on a CPU with AVX-512 VNNI (``benchmarks/ort_isa.py`` hides AV
 from its CPUID), against byoc-int8's AVX2 build: the AVX2 comparison on one CPU. ``--ort-isa
 avxvnni`` hides AVX-512 only (a CPU with AVX-VNNI), against byoc-int8's AVX-VNNI and AVX2 builds;
 ``--ort-isa avx512bw`` hides VNNI only (a CPU of AVX-512 without VNNI, as Intel's Skylake-SP: ONNX
-Runtime's AVX-512 int8 kernels), against byoc-int8's AVX2 build, the one such a CPU runs.
+Runtime's AVX-512 int8 kernels), against byoc-int8's AVX-512BW and AVX2 builds, those such a CPU runs.
 
 Measurement: every (system, thread count) runs once per block, each thread count's systems back
 to back (both orders rotated each block) so that a slow phase of the machine hits every system
@@ -53,7 +53,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,squeezenet1_1"
-BUILDS = ("amx", "avx512vnni", "avxvnni", "avx2", "portable")  # byoc-int8 kernel builds, fastest first
+BUILDS = ("amx", "avx512vnni", "avx512bw", "avxvnni", "avx2", "portable")  # byoc-int8 kernel builds, fastest first
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_tile", "amx_int8")
 
 
@@ -456,7 +456,8 @@ def main() -> None:
                         help="avx2: ONNX Runtime sees a CPU without AVX-512 and VNNI and runs its AVX2 int8 "
                              "kernels (benchmarks/ort_isa.py), byoc-int8 its AVX2 build; avxvnni: AVX-512 hidden "
                              "only (ONNX Runtime's AVX-VNNI kernels), byoc-int8's AVX-VNNI and AVX2 builds; "
-                             "avx512bw: VNNI hidden only (ONNX Runtime's AVX-512 kernels), byoc-int8's AVX2 build")
+                             "avx512bw: VNNI hidden only (ONNX Runtime's AVX-512 kernels), byoc-int8's AVX-512BW "
+                             "and AVX2 builds")
     parser.add_argument("--weight-bits", default="8",
                         help="byoc-int8 weight widths to run each build with, comma-separated: 8 (the default), "
                              "7 (rows 'w7': the AVX2 kernels' fast path, one bit of weight precision less)")
@@ -500,8 +501,9 @@ def main() -> None:
     else:
         # With ONNX Runtime on its AVX2, AVX-VNNI or AVX-512 (no VNNI) kernels, the byoc-int8 builds that
         # a CPU of that ISA runs.
-        no_vnni = ("amx", "avx512vnni", "avxvnni")
-        hidden = {"native": (), "avx2": no_vnni, "avxvnni": ("amx", "avx512vnni"), "avx512bw": no_vnni}[args.ort_isa]
+        no_avx512 = ("amx", "avx512vnni", "avx512bw")
+        hidden = {"native": (), "avx2": (*no_avx512, "avxvnni"), "avxvnni": no_avx512,
+                  "avx512bw": ("amx", "avx512vnni", "avxvnni")}[args.ort_isa]
         builds = [b for b in runnable if (b != "portable" or args.portable) and b not in hidden]
     # ONNX Runtime's (and PyTorch's) int8 kernels: VNNI at best (ONNX Runtime 1.32 does not run
     # its convolutions on AMX tiles; ResNet-18 at about half the VNNI peak on an AMX CPU).
@@ -624,7 +626,7 @@ def main() -> None:
                            "is exact)",
                    "avxvnni": "its AVX-VNNI int8 kernels",
                    "avx512bw": "its AVX-512 int8 kernels, whose u8 x s8 pairs saturate at int16 as the AVX2 "
-                               "ones do (byoc-int8's AVX2 build is exact)"}[args.ort_isa]
+                               "ones do (byoc-int8's AVX-512BW and AVX2 builds are exact)"}[args.ort_isa]
         print(f"- ONNX Runtime saw {ort_isa.HIDDEN_ISAS[args.ort_isa][0]} in its CPUID "
               f"({hidden_isa.answered()} CPUID queries answered): {kernels}. PyTorch saw the whole CPU. "
               "The same instructions run on this CPU's cores, not on a CPU of those ISAs alone.")

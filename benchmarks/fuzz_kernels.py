@@ -1,6 +1,6 @@
 """Kernel fuzzer: seeded random configurations of every kernel of runtime_c/include/byoc_int8.h,
-each run on every kernel build (portable, avx2, avxvnni, avx512vnni, amx x the three roundings)
-and compared bit for bit with the integer reference (byoc_int8.reference / qarith).
+each run on every kernel build (portable, avx2, avxvnni, avx512bw, avx512vnni, amx x the three
+roundings) and compared bit for bit with the integer reference (byoc_int8.reference / qarith).
 
     python benchmarks/fuzz_kernels.py                      # 1000 configurations per kernel and build
     python benchmarks/fuzz_kernels.py --configs 50 --kernel conv2d --kernel add

@@ -7,7 +7,7 @@ native library is replaced by `int3; nop` (same length). The SIGTRAP handler of
 `benchmarks/cpuid_avx2.c` answers those with the real CPUID less the feature bits of the ISA
 asked for (HIDDEN_ISAS): the copy sees an AVX2-only CPU of the same model; or one of AVX2 and
 AVX-VNNI without AVX-512, as Intel's client cores; or one of AVX-512 without VNNI, as Intel's
-Skylake-SP servers (where byoc-int8, finding no VNNI, runs its AVX2 build). Nothing else in the
+Skylake-SP servers (where byoc-int8, finding no VNNI, runs its AVX-512BW build). Nothing else in the
 process is affected. This stands in for such a machine: the same instructions run on another
 core design, so it is not a measurement of such a machine.
 

@@ -29,8 +29,8 @@ def start_kernels(simd: str | None, rounding: str, kernels: str = "builtin") -> 
 def build(mod: tvm.IRModule, target: dict | None = None, simd: str | None = None,
           kernels: str = "builtin") -> tvm.relax.VMExecutable:
     """Run the external codegen and compile the host program. `simd` picks the kernel
-    implementation ("amx", "avx512vnni", "avxvnni", "avx2", "portable"; default: the fastest this
-    machine runs); `kernels` "external" leaves the kernels to a library linked at export."""
+    implementation ("amx", "avx512vnni", "avx512bw", "avxvnni", "avx2", "portable"; default: the
+    fastest this machine runs); `kernels` "external" leaves the kernels to a library linked at export."""
     options = {key: value for key, value in (("simd", simd), ("kernels", kernels)) if value}
     mod = relax.transform.RunCodegen({"ccompiler": options})(mod)
     # RunCodegen hands the regions' float constants to TVM for a constant loader; the generated C

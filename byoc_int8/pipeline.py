@@ -110,8 +110,8 @@ def compile_model(
     `method` picks the calibrator (see ``calibrate.CALIBRATORS``); `calibration_options` go to it.
     `int8_only`: refuse (``partition.Int8OnlyError``, listing them) any op that would stay on the
     host in float; by default such ops run on the host between int8 regions.
-    `simd`: the kernel implementation compiled in ("amx", "avx512vnni", "avxvnni", "avx2", "portable";
-    default: the fastest this machine runs).
+    `simd`: the kernel implementation compiled in ("amx", "avx512vnni", "avx512bw", "avxvnni", "avx2",
+    "portable"; default: the fastest this machine runs).
     `number_format`: how activations are encoded and requantizations round (``qarith``; default:
     the profile's).
     `profile`: the accelerator's ops, numbers and limits (a built-in name, a TOML file or a

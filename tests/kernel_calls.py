@@ -28,7 +28,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("portable", "avx2", "avxvnni", "avx512vnni", "amx")
+VARIANTS = ("portable", "avx2", "avxvnni", "avx512bw", "avx512vnni", "amx")
+# Builds that take another's code paths: the AVX-512BW build is the AVX2 one with the corrected
+# form's pairs of channel blocks on 512-bit vectors (b8_tile_pair), the same paths.
+SAME_PATHS = {"avx512bw": "avx2"}
 ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
 TILES = {"avx2": (4, 16), "avxvnni": (6, 16), "avx512vnni": (8, 32), "amx": (32, 32)}
@@ -189,6 +192,7 @@ def channel_shares(case: dict, block: int) -> list[tuple[int, int]]:
 
 def _channel_block(case: dict, variant: str) -> int:
     """b8_conv2d_s8_channel_block as the path model gives it: the SIMD tiles' channel blocks."""
+    variant = SAME_PATHS.get(variant, variant)
     if variant == "portable" or case["groups"] != 1:
         return 1
     return 32 if variant in ("avx512vnni", "amx") else 16
@@ -218,6 +222,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     blocks x patch bytes reach 128 on patches read in place, else signed inputs offset by 128 (those
     of gathered patches as they are gathered)."""
     weight = case["weight"]
+    variant = SAME_PATHS.get(variant, variant)
     if variant == "portable" or case["groups"] != 1:
         return {"portable"} | _share_paths(channel_shares(case, 1))
     if variant == "amx":  # patches of 32 bytes or more on AMX tiles, shorter ones on the VNNI tiles
@@ -428,6 +433,7 @@ def winograd_suits(case: dict, variant: str = "avx2") -> bool:
     dilation 1, input channels a multiple of 16, at most 896; with VNNI only tiles of 4 rows where
     U is made once per call (at most 1.25 MB), and the AVX-512 VNNI build only on as many input
     channels as avx512_winograd_channels()."""
+    variant = SAME_PATHS.get(variant, variant)
     if variant not in ("avx2", "avxvnni", "avx512vnni"):
         return False
     cout, kh, kw, cin = case["weight"].shape
@@ -539,7 +545,7 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     pixel, the interior (no check; DEPTHWISE_PIXELS neighbours at once for kernels 3 wide with
     stride 1 and no dilation across) or the checked taps (rows and / or columns in the padding)."""
     x, weight = case["x"], case["weight"]  # weight (1, KH, KW, O)
-    variant = "avx512vnni" if variant == "amx" else variant  # the AMX build's depthwise is VNNI's
+    variant = "avx512vnni" if variant == "amx" else SAME_PATHS.get(variant, variant)  # AMX: VNNI's depthwise
     _, kh, kw, cout = weight.shape
     n, h, w, cin = x.shape
     lanes = DEPTHWISE_LANES.get(variant)

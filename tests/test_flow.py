@@ -231,7 +231,7 @@ def test_generated_entry_point_checks_its_arguments():
     np.testing.assert_array_equal(good_out.numpy(), compiled.run(np.zeros((1, 3, 8, 8), np.float32)))
 
 
-@pytest.mark.parametrize("simd", ["portable", "avx2", "avxvnni", "avx512vnni", "amx"])
+@pytest.mark.parametrize("simd", ["portable", "avx2", "avxvnni", "avx512bw", "avx512vnni", "amx"])
 def test_resnet18_bit_exact_with_every_kernel_implementation(simd):
     """The generated library equals the integer reference whichever kernels it compiles in."""
     from byoc_int8.codegen.emit_c import SIMD_FLAGS, cpu_flags

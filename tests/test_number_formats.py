@@ -49,7 +49,7 @@ def test_resnet18_in_every_format(resnet18, fmt):
         assert -128 in zero_points and len(zero_points) > 2
 
 
-@pytest.mark.parametrize("simd", ["avx2", "avxvnni", "portable"])
+@pytest.mark.parametrize("simd", ["avx2", "avxvnni", "avx512bw", "portable"])
 def test_resnet18_with_seven_bit_weights(resnet18, simd):
     """weight_bits 7: every weight in [-63, 63], each channel's largest at 63 (so that the AVX2
     tiles take their offset form), bit-exact in the AVX2 build and the portable one, one bit of

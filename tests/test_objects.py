@@ -205,6 +205,20 @@ def test_an_amx_cpu_with_a_compiler_without_amx_gets_the_vnni_build(monkeypatch,
     assert emit_c.default_simd() == "avx512vnni"
 
 
+@pytest.mark.parametrize("cpu, flags, build", [
+    ("AMD Zen 3", {"avx2", "fma"}, "avx2"),
+    ("Intel Alder Lake", {"avx2", "fma", "avx_vnni"}, "avxvnni"),
+    ("Intel Skylake-SP", {"avx2", "fma", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}, "avx512bw"),
+    ("AMD Zen 4", {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx_vnni"},
+     "avx512vnni"),
+    ("a CPU without AVX2", {"sse4_2"}, "portable"),
+])
+def test_the_default_build_is_the_fastest_the_cpu_runs(monkeypatch, cpu, flags, build):
+    """An AVX-512 CPU without VNNI gets the AVX-512BW build, one with VNNI the AVX-512 VNNI build."""
+    monkeypatch.setattr(emit_c, "cpu_flags", lambda: set(flags))
+    assert emit_c.default_simd() == build, cpu
+
+
 def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
     source = emit_c.emit_module([region], simd="portable")
     with pytest.raises(ToolchainError, match="(?s)compiling the generated model failed.*not_c"):
@@ -214,7 +228,7 @@ def test_a_missing_or_failing_compiler_is_named(region, monkeypatch):
         objects.compile_module(source)
 
 
-@pytest.mark.parametrize("simd", ["portable", "avx2", "avxvnni", "avx512vnni", "amx"])
+@pytest.mark.parametrize("simd", ["portable", "avx2", "avxvnni", "avx512bw", "avx512vnni", "amx"])
 def test_both_units_compile_without_warnings(simd, tmp_path):
     """The generated model's unit and the kernels' unit (with the adapter) are warning-free C
     under -Wall -Wextra, for a region with convolutions, a pool, a reshape and a dense layer."""

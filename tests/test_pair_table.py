@@ -33,7 +33,8 @@ def test_large_adds_run_by_their_pair_table_bit_exact(tmp_path):
     compiled = compile_model(model, data[:8], simd="portable")
     (symbol, qgraph), = reference.quantized_regions(compiled.module).items()
     # The SIMD builds keep the arithmetic: their add in float costs less than the table's cache misses.
-    for simd, by_table in (("portable", True), ("avx2", False), ("avxvnni", False), ("avx512vnni", False)):
+    for simd, by_table in (("portable", True), ("avx2", False), ("avxvnni", False), ("avx512bw", False),
+                           ("avx512vnni", False)):
         source = emit_c.emit_module([(symbol, qgraph)], simd=simd).model_c
         jobs = re.findall(r"b8_add_job job = \{&ap, (\d+), [^}]*, (\w+)\};", source)
         assert [(int(size), table != "NULL") for size, table in jobs] == [(32768, by_table), (2048, False)], simd

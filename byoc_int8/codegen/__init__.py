@@ -3,8 +3,9 @@ module that ``export_library`` links into the ``.so``.
 
 Importing this package registers ``relax.ext.ccompiler``, which ``relax.transform.RunCodegen``
 calls with every function annotated ``Codegen="ccompiler"``. Option ``simd`` ("amx", "avx512vnni",
-"avxvnni", "avx2" or "portable"; default: the fastest this machine runs) selects the kernels compiled in;
-option ``kernels`` "external" leaves them out, for a kernel library linked at export.
+"avx512bw", "avxvnni", "avx2" or "portable"; default: the fastest this machine runs) selects the
+kernels compiled in; option ``kernels`` "external" leaves them out, for a kernel library linked at
+export.
 """
 
 from __future__ import annotations

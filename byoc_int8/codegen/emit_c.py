@@ -92,18 +92,21 @@ SIMD_PRELUDE = {
     "avx512vnni": '#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")\n'
     "#define B8_USE_AVX512VNNI 1\n",
     "avxvnni": '#pragma GCC target("avx2,fma,avxvnni")\n#define B8_USE_AVXVNNI 1\n',
+    "avx512bw": '#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")\n#define B8_USE_AVX512BW 1\n',
     "amx": '#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")\n'
     "#define B8_USE_AVX512VNNI 1\n#define B8_USE_AMX 1\n",
 }
 
 # CPU features each implementation needs (as /proc/cpuinfo spells them).
 SIMD_FLAGS = {"portable": set(), "avx2": {"avx2", "fma"}, "avxvnni": {"avx2", "fma", "avx_vnni"},
+              "avx512bw": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"},
               "avx512vnni": {"avx2", "fma", "avx512bw", "avx512vl", "avx512_vnni"}}
 SIMD_FLAGS["amx"] = SIMD_FLAGS["avx512vnni"] | {"amx_tile", "amx_int8"}
 # The kernel implementations, fastest first: AMX (the AVX-512 VNNI kernels, convolutions on AMX
-# tiles where the OS grants them), AVX-512 VNNI, AVX-VNNI (vpdpbusd on 256 bits, the AVX2 kernels
+# tiles where the OS grants them), AVX-512 VNNI, AVX-512BW (the AVX2 kernels, their exact products
+# on 512 bits: AVX-512 CPUs without VNNI), AVX-VNNI (vpdpbusd on 256 bits, the AVX2 kernels
 # otherwise), AVX2, portable C.
-SIMD_BUILDS = ("amx", "avx512vnni", "avxvnni", "avx2", "portable")
+SIMD_BUILDS = ("amx", "avx512vnni", "avx512bw", "avxvnni", "avx2", "portable")
 
 
 def cpu_flags() -> set[str]:
@@ -814,8 +817,8 @@ class ModuleSource:
 def emit_module(regions: list[tuple[str, QGraph]], simd: str | None = None, kernels: str = "builtin") -> ModuleSource:
     """The C of a module for a list of (symbol, quantized region).
 
-    `simd` selects the kernel implementation compiled in: "amx", "avx512vnni", "avxvnni", "avx2" or
-    "portable" (default: the fastest this machine runs). The kernels are compiled in the regions'
+    `simd` selects the kernel implementation compiled in: "amx", "avx512vnni", "avx512bw", "avxvnni",
+    "avx2" or "portable" (default: the fastest this machine runs). The kernels are compiled in the regions'
     rounding, which must be one for the whole module. `kernels` "external": the calls go to a kernel
     library linked at export (``byoc_int8.h`` is the contract; docs/vendor.md), built in the
     model's rounding; `simd` then only names it."""

@@ -167,6 +167,9 @@ int main(void) {
   if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni")) {
 #elif B8_USE_AVXVNNI
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avxvnni")) {
+#elif B8_USE_AVX512BW
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq")) {
 #else
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
 #endif

@@ -455,6 +455,10 @@ static int b8_cpu_runs_this_build(void) {
          __builtin_cpu_supports("avx512vnni");
 #elif B8_USE_AVXVNNI
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avxvnni");
+#elif B8_USE_AVX512BW
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
 #elif B8_USE_AVX2
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
@@ -465,7 +469,10 @@ static int b8_cpu_runs_this_build(void) {
 int main(void) {
   if (!b8_cpu_runs_this_build()) {
     printf("skipped: this CPU lacks the instructions of this kernel build (%s)\n",
-           B8_USE_AVX512VNNI ? "AVX-512 VNNI" : B8_USE_AVXVNNI ? "AVX-VNNI" : "AVX2 + FMA");
+           B8_USE_AVX512VNNI ? "AVX-512 VNNI"
+           : B8_USE_AVXVNNI  ? "AVX-VNNI"
+           : B8_USE_AVX512BW ? "AVX-512BW"
+                             : "AVX2 + FMA");
     return 77;
   }
   test_requantize();

@@ -27,6 +27,10 @@ static int b8_cpu_supported(void) {
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #elif B8_USE_AVXVNNI
   return __builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#elif B8_USE_AVX512BW
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #elif B8_USE_AVX2
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
