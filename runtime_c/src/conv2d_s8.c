@@ -1012,11 +1012,11 @@ B8_INLINE void b8_tile_pair_half(const int8_t* split, int32_t depth, const int8_
  * a step are its 64 packed bytes, one vector, so that each of the 8 accumulators is a pixel's
  * block and each step's broadcasts of |a| and of its mask serve both blocks. Twice the products
  * per instruction of the 256-bit form, with the same exact arithmetic (ResNet-50's 1x1 layers
- * 1.7-1.9x faster on AMD Zen 5, MobileNetV2's 1.4-1.8x); the output stage is the 256-bit one, on
- * each accumulator's two halves. */
+ * 1.7-1.9x faster on AMD Zen 5, MobileNetV2's 1.4-1.8x). The two blocks requantize as one of 32
+ * channels on 16-lane vectors (`e`, the AVX-512 VNNI build's output stage). */
 static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
-                         const int32_t* negative_sums, const int32_t* bias, const b8_block_epilogue* e0,
-                         const b8_block_epilogue* e1, int8_t* out, int32_t stride, int32_t count) {
+                         const int32_t* negative_sums, const int32_t* bias, const b8_block32_epilogue* e,
+                         int8_t* out, int32_t stride, int32_t count) {
   const __m512i ones = _mm512_set1_epi16(1);
   const __m512i b0 = _mm512_loadu_si512((const void*)bias), b1 = _mm512_loadu_si512((const void*)(bias + 16));
   __m512i acc[B8_TILE_PIXELS][2];
@@ -1046,17 +1046,11 @@ static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, in
 #undef B8_STEP
 #undef B8_MAC
   for (int32_t p = 0; p < B8_TILE_PIXELS && p < count; p += 2) {
-#define B8_HALVES(v) _mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)
-    const __m256i r0 = b8_block_finish(e0, B8_HALVES(acc[p][0]), B8_HALVES(acc[p + 1][0]));
-    const __m256i r1 = b8_block_finish(e1, B8_HALVES(acc[p][1]), B8_HALVES(acc[p + 1][1]));
-#undef B8_HALVES
+    /* pixel p's 32 channels, then pixel p + 1's */
+    const __m512i r = b8_block32_finish(e, acc[p][0], 0, acc[p][1], 1, acc[p + 1][0], 0, acc[p + 1][1], 1);
     int8_t* row = out + (int64_t)p * stride;
-    _mm_storeu_si128((__m128i*)row, _mm256_castsi256_si128(r0));
-    _mm_storeu_si128((__m128i*)(row + 16), _mm256_castsi256_si128(r1));
-    if (count > p + 1) {
-      _mm_storeu_si128((__m128i*)(row + stride), _mm256_extracti128_si256(r0, 1));
-      _mm_storeu_si128((__m128i*)(row + stride + 16), _mm256_extracti128_si256(r1, 1));
-    }
+    _mm256_storeu_si256((__m256i*)row, _mm512_castsi512_si256(r));
+    if (count > p + 1) _mm256_storeu_si256((__m256i*)(row + stride), _mm512_extracti64x4_epi64(r, 1));
   }
 }
 #else
@@ -1350,6 +1344,10 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         b8_block_epilogue_load(quant, table, padded_c, oc0 + B8_TILE_CHANNELS, estimate_mode, &next);
         step = 2 * B8_TILE_CHANNELS;
       }
+#if B8_USE_AVX512BW
+      b8_block32_epilogue pair_epilogue; /* both blocks of a whole pair, on 16-lane vectors */
+      if (pair && !narrow) b8_block32_epilogue_load(quant, table, padded_c, oc0, 2 * B8_TILE_CHANNELS, &pair_epilogue);
+#endif
 #endif
       for (int32_t t = 0; t < tiles; ++t) {
         const int64_t first = chunk + t * B8_TILE_PIXELS;
@@ -1385,9 +1383,18 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         /* The tile's split patches (b8_split_magnitude), the corrected tiles' one run of depth bytes. */
         const int8_t* magnitude = split + (int64_t)t * B8_TILE_PIXELS * 2 * depth;
         if (pair) {
-          (narrow ? b8_tile_pair_narrow : b8_tile_pair)(magnitude, depth, w, (int64_t)B8_TILE_CHANNELS * depth,
-                                                        pixel_terms[t], start + oc0, &e, &next, out + oc0, out_c,
-                                                        count);
+          const int64_t next_block = (int64_t)B8_TILE_CHANNELS * depth;
+#if B8_USE_AVX512BW
+          if (!narrow)
+            b8_tile_pair(magnitude, depth, w, next_block, pixel_terms[t], start + oc0, &pair_epilogue, out + oc0,
+                         out_c, count);
+          else
+            b8_tile_pair_narrow(magnitude, depth, w, next_block, pixel_terms[t], start + oc0, &e, &next, out + oc0,
+                                out_c, count);
+#else
+          (narrow ? b8_tile_pair_narrow : b8_tile_pair)(magnitude, depth, w, next_block, pixel_terms[t], start + oc0,
+                                                        &e, &next, out + oc0, out_c, count);
+#endif
           continue;
         }
         if (corrected) {

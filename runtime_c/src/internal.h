@@ -443,7 +443,9 @@ B8_INLINE __m256i b8_small_rescale_x8(__m256i d, const b8_small_rescale* r) {
 #endif
 }
 
-#if B8_USE_AVX512VNNI
+/* The AVX-512 helpers below use AVX-512F/BW/DQ/VL only, no VNNI: both AVX-512 builds have them. */
+#define B8_USE_AVX512 (B8_USE_AVX512VNNI || B8_USE_AVX512BW)
+#if B8_USE_AVX512
 /* The low 32 bits of each 64-bit lane of `even` in the even int32 lanes and those of `odd` in the
  * odd ones: one vpshufd that swaps odd's halves, merged under a mask (a shift and a blend
  * otherwise). */
@@ -532,7 +534,8 @@ B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, 
 }
 
 /* The output stage of the AVX-512 VNNI build's tiles (conv2d_s8.c: blocks of 32 channels, or 16),
- * and of its Winograd path (blocks of 16), four vectors of 16 channels at a time, in registers.
+ * and of its Winograd path (blocks of 16), and of the AVX-512BW build's pairs of 16-channel blocks,
+ * four vectors of 16 channels at a time, in registers.
  * b8_block32_epilogue is one block's requantization, its parameters loaded once for all the pixels
  * of a tile: the estimate's from the call's table (b8_estimate_table), the exact path's from
  * quant. */
@@ -646,7 +649,7 @@ B8_INLINE void b8_store_s8x16_masked(int8_t* out, __m512i v, __m512i lo, __m512i
   v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
   _mm512_mask_cvtepi32_storeu_epi8(out, mask, v);
 }
-#endif /* B8_USE_AVX512VNNI */
+#endif /* B8_USE_AVX512 */
 #endif /* B8_USE_AVX2 */
 
 /* 3x3 stride-1 convolutions by Winograd's F(4x4, 3x3) or F(2x4, 3x3) (conv2d_winograd_s8.c):
