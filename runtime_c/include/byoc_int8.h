@@ -38,8 +38,8 @@ extern "C" {
 /* Kernel implementation, chosen when the kernels are compiled: B8_USE_AVX2 selects the AVX2
  * paths (x86 with AVX2), B8_USE_AVX512VNNI on top of it the AVX-512 VNNI convolution,
  * B8_USE_AVXVNNI on top of it the AVX2 convolution multiplying by AVX-VNNI's 256-bit vpdpbusd,
- * B8_USE_AVX512BW on top of it the AVX2 convolution's exact products on 512-bit vectors (a CPU
- * of AVX-512 without VNNI);
+ * B8_USE_AVX512BW on top of it the AVX2 convolution's exact products on 512-bit vectors and the
+ * AVX-512 adds, pools and requantizations (a CPU of AVX-512 without VNNI);
  * B8_USE_AMX on top of AVX-512 VNNI the convolution on AMX tiles where the CPU has them and the
  * OS grants them (else the VNNI one); none gives the portable C99 kernels. All give bit-identical
  * results. */

@@ -26,7 +26,7 @@ B8_INLINE void b8_add_exact_x8(const b8_add_params* p, int small, const b8_small
                 _mm256_set1_epi32(p->act_min), _mm256_set1_epi32(p->act_max));
 }
 
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
 /* b8_add_exact_x8 on 16 lanes. */
 B8_INLINE void b8_add_exact_x16(const b8_add_params* p, int small, const b8_small_rescale* s1,
                                 const b8_small_rescale* s2, const int8_t* input1, const int8_t* input2,
@@ -72,7 +72,7 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
                       b8_small_rescale_prepare(vec.input2_multiplier, vec.input2_shift, vec.left_shift, &s2);
     b8_add_estimate estimate;
     if (b8_add_estimate_prepare(&vec, &estimate)) { /* the float path, with the exact one where unsure */
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
       const b8_add_estimate_x16_params e16 = b8_add_estimate_prepare_x16(&estimate);
       const __m512i lo = _mm512_set1_epi32(vec.act_min), hi = _mm512_set1_epi32(vec.act_max);
       /* Four vectors per iteration: one test of their estimates, then the saturating packs (the
@@ -107,7 +107,7 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
 #endif
       const b8_add_estimate_x8_params e8 = b8_add_estimate_prepare_x8(&estimate);
       const __m256i lo_x8 = _mm256_set1_epi32(vec.act_min), hi_x8 = _mm256_set1_epi32(vec.act_max);
-#if !B8_USE_AVX512VNNI
+#if !B8_USE_AVX512
       /* As above, four vectors (32 sums) per iteration (the 56x56x256 add: 1.3x). */
       const __m256i lo_x32 = _mm256_set1_epi8((char)vec.act_min), hi_x32 = _mm256_set1_epi8((char)vec.act_max);
       const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -135,7 +135,7 @@ B8_API b8_status b8_add_s8(const b8_add_params* params, int32_t size, const int8
           b8_store_s8x8(output + i, sum, lo_x8, hi_x8);
       }
     }
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
     for (; i + 16 <= size; i += 16) b8_add_exact_x16(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);
 #endif
     for (; i + 8 <= size; i += 8) b8_add_exact_x8(&vec, small, &s1, &s2, input1 + i, input2 + i, output + i);

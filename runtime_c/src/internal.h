@@ -7,6 +7,11 @@
 
 #include "byoc_int8.h"
 
+/* Both AVX-512 builds: the code under it uses AVX-512F/BW/DQ/VL only, no VNNI instruction (the
+ * AVX-512 helpers below, the elementwise, pooling and requantization kernels' 16- and 64-lane
+ * loops). */
+#define B8_USE_AVX512 (B8_USE_AVX512VNNI || B8_USE_AVX512BW)
+
 /* The output pixels a call computes (a thread's share, or all of them). */
 B8_INLINE void b8_pixel_range(const b8_pixels* pixels, const b8_dims* output_dims, int64_t* begin,
                               int64_t* end) {
@@ -443,8 +448,6 @@ B8_INLINE __m256i b8_small_rescale_x8(__m256i d, const b8_small_rescale* r) {
 #endif
 }
 
-/* The AVX-512 helpers below use AVX-512F/BW/DQ/VL only, no VNNI: both AVX-512 builds have them. */
-#define B8_USE_AVX512 (B8_USE_AVX512VNNI || B8_USE_AVX512BW)
 #if B8_USE_AVX512
 /* The low 32 bits of each 64-bit lane of `even` in the even int32 lanes and those of `odd` in the
  * odd ones: one vpshufd that swaps odd's halves, merged under a mask (a shift and a blend

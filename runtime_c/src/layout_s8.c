@@ -123,7 +123,7 @@ static void b8_rescale_run(const int8_t* in, int32_t count, int32_t zero_point, 
 #endif
   if (vector) {
     const __m128i left_count = _mm_cvtsi32_si128(left);
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
     const __m512i zx = _mm512_set1_epi32(zero_point), mx = _mm512_set1_epi32(multiplier);
     const __m512i rx = _mm512_set1_epi32(right), ozx = _mm512_set1_epi32(output_zero_point);
     const __m512i lox = _mm512_set1_epi32(-128 - output_zero_point), hix = _mm512_set1_epi32(127 - output_zero_point);

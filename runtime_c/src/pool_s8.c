@@ -9,7 +9,7 @@
 static int32_t b8_max_window(const b8_pool_params* pool, const int8_t* image, int32_t in_h, int32_t in_w, int32_t c,
                              int32_t y0, int32_t x0, int8_t* out) {
   int32_t ch = 0;
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
   for (; ch < c; ch += 64) {
     const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
     __m512i best = _mm512_set1_epi8(INT8_MIN);
@@ -24,14 +24,14 @@ static int32_t b8_max_window(const b8_pool_params* pool, const int8_t* image, in
         const int32_t ix = x0 + kx * pool->dilation_w;
         if (ix < 0 || ix >= in_w) continue;
         const int8_t* pixel = image + ((int64_t)iy * in_w + ix) * c + ch;
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
         best = _mm512_max_epi8(best, _mm512_maskz_loadu_epi8(mask, pixel));
 #else
         best = _mm256_max_epi8(best, _mm256_loadu_si256((const __m256i*)pixel));
 #endif
       }
     }
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
     _mm512_mask_storeu_epi8(out + ch, mask, best);
 #else
     _mm256_storeu_si256((__m256i*)(out + ch), best);
@@ -44,7 +44,7 @@ static int32_t b8_max_window(const b8_pool_params* pool, const int8_t* image, in
  * tap (ResNet-18's 3x3 pool 1.5x faster with AVX-512, 1.6x with AVX2). */
 static int32_t b8_max_inside(const int8_t* first, const int64_t* taps, int32_t count, int32_t c, int8_t* out) {
   int32_t ch = 0;
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
   for (; ch < c; ch += 64) {
     const __mmask64 mask = c - ch >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - ch)) - 1);
     __m512i best = _mm512_maskz_loadu_epi8(mask, first + ch);
@@ -179,7 +179,7 @@ B8_API b8_status b8_global_avg_pool_s8(int32_t multiplier, int32_t shift, int32_
      * order (the scalar loop strides by c); then the per-channel output stage. */
     for (; ch + 32 <= c; ch += 32) {
       int32_t sums[32];
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       for (int32_t p = 0; p < plane; ++p) {
         const int8_t* pixel = image + (int64_t)p * c + ch;
