@@ -21,8 +21,8 @@
  *    3x3 stride-1 layers on a multiple of 16 input channels (up to 896) take Winograd's
  *    F(4x4, 3x3) (up to 224 channels) or F(2x4, 3x3) instead (conv2d_winograd_s8.c): 4x or 3x
  *    fewer products, exact in integers (ResNet-18's 3x3 layers 1.4-2.5x faster on Intel by
- *    F(2x4), 1.1-1.2x more by F(4x4)); so do some with AVX-VNNI, and with AVX-512 VNNI on AMD's
- *    Zen 4 and Zen 5 (b8_winograd_suits).
+ *    F(2x4), 1.1-1.2x more by F(4x4)); so do some with AVX-VNNI, all with AVX-512BW (512-bit), and
+ *    some with AVX-512 VNNI on AMD's Zen 4 and Zen 5 (b8_winograd_suits).
  *    With AVX-VNNI (B8_USE_AVXVNNI) tiles of 6 pixels x 16 channels (b8_tile_vnni_body)
  *    multiply by 256-bit vpdpbusd, whose products and sums are exact in int32 whatever the
  *    weights: the packed filter holds w + 128 where blocks x patch bytes reach 128 (as for

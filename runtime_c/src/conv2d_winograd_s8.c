@@ -1,6 +1,6 @@
 /* 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) or F(2x4, 3x3) in exact integer arithmetic:
- * b8_conv2d_s8's path in the AVX2, AVX-VNNI and AVX-512 VNNI builds (B8_WINOGRAD), for the layers
- * b8_winograd_suits names.
+ * b8_conv2d_s8's path in the AVX2, AVX-VNNI, AVX-512BW and AVX-512 VNNI builds (B8_WINOGRAD), for
+ * the layers b8_winograd_suits names.
  *
  * Why. Without VNNI, AVX2 multiplies bytes by vpmaddubsw (unsigned x signed, pairs summed in
  * int16), then vpmaddwd: for 8-bit activations that may be negative (asymmetric ones after a
@@ -47,7 +47,7 @@
  * position's U by 6 tiles x 16 (or 32) channels at a time (12 accumulators), into M ([positions]
  * [tiles][16] int32 per 16 channels); then per tile A^T M A4, the division, the bias and the
  * convolutions' output stage (b8_block_finish: two pixels' 16 channels at a time; with AVX-512,
- * b8_block32_finish, four). The AVX-512 build's transforms work on 512-bit vectors (b8_wg_vec). */
+ * b8_block32_finish, four). The AVX-512 builds' transforms work on 512-bit vectors (b8_wg_vec). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,7 +77,7 @@ enum { B8_WG_MAX_PIXELS = 16, B8_WG_MAX_C = 896, B8_WG4_MAX_C = 224 };
 enum { B8_WG_PIECE = 32 };
 enum { B8_WEIGHTS_WINOGRAD = 0x77673233 };
 /* Blocks of 16 output channels per GEMM call at most (b8_winograd_gemm_tiles), each with its M. */
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
 enum { B8_WG_BLOCKS = 2 };
 #else
 enum { B8_WG_BLOCKS = 1 };
@@ -147,7 +147,8 @@ static int32_t b8_winograd_fewest_inputs(void) {
  * only tiles of 4 rows where U is made once per call: with AVX-VNNI, ResNet-18's 3x3 layers on 64
  * and 128 channels 1.12-1.2x faster than the direct tiles by tiles of 2 rows, and tiles of 4 (U
  * whole) 1.21x and 1.14x faster again; on 256 0.98x by tiles of 2, 0.93x by tiles of 4, on 512 at
- * 7x7 0.72x and 0.70x. The AVX-512 VNNI build only on b8_winograd_fewest_inputs or more. */
+ * 7x7 0.72x and 0.70x. The AVX-512 VNNI build only on b8_winograd_fewest_inputs or more; the
+ * AVX-512BW build, whose direct tiles have no VNNI either, on every layer that suits, as AVX2. */
 int b8_winograd_suits(const b8_conv_params* conv, const b8_dims* filter_dims) {
   if (!(conv->groups == 1 && filter_dims->h == 3 && filter_dims->w == 3 && conv->stride_h == 1 &&
         conv->stride_w == 1 && conv->dilation_h == 1 && conv->dilation_w == 1 && filter_dims->c % 16 == 0 &&
@@ -291,10 +292,10 @@ static void b8_winograd_filter(const int8_t* g, int32_t pairs, int16_t* u, int64
   }
 }
 
-/* The input and output transforms' vectors: 512-bit in the AVX-512 VNNI build (32 input channels
+/* The input and output transforms' vectors: 512-bit in the AVX-512 builds (32 input channels
  * of int16, 16 output channels of int32: a block's in one), else 256-bit (16 and 8). The masks
  * load and store the input transform's first 16 channels only (a layer on 32k + 16 channels). */
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
 typedef __m512i b8_wg_vec;
 typedef __mmask32 b8_wg_mask;
 enum { B8_WG_LANES = 16 };
@@ -397,9 +398,11 @@ static void b8_winograd_input(const int8_t* image, const b8_dims* input_dims, in
  * group has 1-4 (a 7x7 output has 8 tiles). With `fetch`, a line from `prefetch` on goes to L2
  * per line of u read. With `blocks` 2 (AVX-512 only) the same for the next 16 output channels too,
  * from u + u_block into m + m_block. */
-#if B8_USE_AVX512VNNI
-/* With AVX-512: vpdpwssd on 512-bit vectors, one per tile, step and block of 16 channels. On two
- * blocks each broadcast of V serves both, 12 accumulators; on one, two accumulators per tile (even
+#if B8_USE_AVX512
+/* With AVX-512: vpdpwssd on 512-bit vectors (AVX-512BW: vpmaddwd and vpaddd; there the 512-bit
+ * path ran ResNet's 3x3 layers 1.24-1.75x and SqueezeNet's 1.5-1.6x faster than the 256-bit one on
+ * AMD Zen 5), one per tile, step and block of 16 channels. On two blocks each broadcast of V serves
+ * both, 12 accumulators; on one, two accumulators per tile (even
  * and odd steps), so that 12 chains cover the instruction's latency. (A broadcast per product held
  * the GEMM at 84% of the peak on AMD's Zen 5, two at 99%: a stand-alone loop, L1-resident.) On Zen 5,
  * whose cores run 512-bit operations whole, twice the products per cycle of the 256-bit form
@@ -421,7 +424,11 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
   }
 #undef B8_WG_START
   const int32_t *v0 = v, *v1 = v0 + row, *v2 = v1 + row, *v3 = v2 + row, *v4 = v3 + row, *v5 = v4 + row;
+#if B8_USE_AVX512VNNI
 #define B8_WG_STEP(r, acc, kk, w) acc = _mm512_dpwssd_epi32(acc, _mm512_set1_epi32((r)[kk]), w)
+#else /* AVX-512BW: the same products and sums, in two instructions */
+#define B8_WG_STEP(r, acc, kk, w) acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_set1_epi32((r)[kk]), w))
+#endif
 #define B8_WG_STEPS(acc0, acc1, acc2, acc3, acc4, acc5, kk, w) \
   do {                                                         \
     B8_WG_STEP(v0, acc0, kk, w);                               \
@@ -535,7 +542,7 @@ B8_INLINE void b8_winograd_gemm_tiles(const int32_t* v, int64_t row, int32_t pai
   }
 B8_WG_GEMM(b8_winograd_gemm6, 6, 1)
 B8_WG_GEMM(b8_winograd_gemm4, 4, 1)
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
 B8_WG_GEMM(b8_winograd_gemm6x2, 6, 2)
 B8_WG_GEMM(b8_winograd_gemm4x2, 4, 2)
 #else
@@ -638,7 +645,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
   int vector_epilogue = quant->multiplier != NULL && out_c % 8 == 0;
   for (int32_t oc = 0; oc < out_c; ++oc) vector_epilogue &= quant->shift[oc] <= 0;
   if (vector_epilogue) b8_estimate_table(quant, out_c, table, table + channels, table + 2 * channels);
-#if !B8_USE_AVX512VNNI
+#if !B8_USE_AVX512
   /* The output transform leaves each sum exact: the bias and 9 x c products. */
   const int32_t estimate_mode = vector_epilogue ? b8_estimate_mode(quant, bias, out_c, 9 * (int64_t)c)
                                                 : B8_ESTIMATE_FULL;
@@ -723,7 +730,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
         /* Whole blocks requantize in registers: with AVX-512 four pixels' 16 channels at a time
          * (b8_block32_finish), else two (b8_block_finish). */
         const int fused = vector_epilogue && block_c == B8_WG_CHANNELS;
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
         b8_block32_epilogue e;
         memset(&e, 0, sizeof e); /* read only where fused: zeroed for the compiler's sake */
         if (fused) b8_block32_epilogue_load(quant, table, channels, oc, B8_WG_CHANNELS, &e);
@@ -741,7 +748,7 @@ b8_status b8_conv2d_s8_winograd(const b8_conv_params* conv, const b8_requant_par
           b8_winograd_output(m + b * m_block + (int64_t)t * B8_WG_CHANNELS, (int64_t)block * B8_WG_CHANNELS, bias_block,
                              y, rows);
           if (fused) {
-#if B8_USE_AVX512VNNI
+#if B8_USE_AVX512
             for (int32_t i = 0; i < tile_pixels; i += 4) {
               const __m512i bytes = b8_block32_finish(&e, y[0][i], 0, y[0][i + 1], 0, y[0][i + 2], 0, y[0][i + 3], 0);
               if (out[i]) _mm_storeu_si128((__m128i*)out[i], _mm512_castsi512_si128(bytes));
