@@ -46,6 +46,13 @@ static volatile int64_t sink;
 #define REP12(X) REP6(X) X(6) X(7) X(8) X(9) X(10) X(11)
 #define REP16(X) REP12(X) X(12) X(13) X(14) X(15)
 
+/* In the AVX2 and AVX-512BW loops' assembly: acc += vpmaddwd(vpmaddubsw(a, b), ones), through a
+ * scratch register t (two, alternating: renamed, so the triples stay independent). */
+#define MADD_TRIPLE(acc, a, b, t)                \
+  "vpmaddubsw %[" b "], %[" a "], %%" t "\n\t" \
+  "vpmaddwd %[ones], %%" t ", %%" t "\n\t"     \
+  "vpaddd %%" t ", %[" acc "], %[" acc "]\n\t"
+
 /* 6 accumulators; operands from 2 x 3 registers so that no two products are the same value.
  * The loop is written in assembly: compiled from intrinsics, GCC 12 keeps copies of some
  * operands on the stack at -O1 and reloads them every iteration, and that store-to-load chain
@@ -57,24 +64,17 @@ __attribute__((target("avx2"))) static void avx2_loop(uint64_t iters) {
 #define DECL(k) __m256i c##k = _mm256_set1_epi32(k);
   REP6(DECL)
 #undef DECL
-  /* acc += vpmaddwd(vpmaddubsw(a, b), ones), through two scratch registers (renamed, so the six
-   * triples stay independent). */
-#define MAC(acc, a, b, t)                 \
-  "vpmaddubsw %[" b "], %[" a "], %%" t "\n\t" \
-  "vpmaddwd %[ones], %%" t ", %%" t "\n\t"     \
-  "vpaddd %%" t ", %[" acc "], %[" acc "]\n\t"
   if (iters)
     __asm__ volatile("1:\n\t"
-                     MAC("c0", "a0", "b0", "ymm14") MAC("c1", "a0", "b1", "ymm15")
-                     MAC("c2", "a0", "b2", "ymm14") MAC("c3", "a1", "b0", "ymm15")
-                     MAC("c4", "a1", "b1", "ymm14") MAC("c5", "a1", "b2", "ymm15")
+                     MADD_TRIPLE("c0", "a0", "b0", "ymm14") MADD_TRIPLE("c1", "a0", "b1", "ymm15")
+                     MADD_TRIPLE("c2", "a0", "b2", "ymm14") MADD_TRIPLE("c3", "a1", "b0", "ymm15")
+                     MADD_TRIPLE("c4", "a1", "b1", "ymm14") MADD_TRIPLE("c5", "a1", "b2", "ymm15")
                      "dec %[n]\n\t"
                      "jnz 1b"
                      : [c0] "+x"(c0), [c1] "+x"(c1), [c2] "+x"(c2), [c3] "+x"(c3), [c4] "+x"(c4),
                        [c5] "+x"(c5), [n] "+r"(iters)
                      : [a0] "x"(a0), [a1] "x"(a1), [b0] "x"(b0), [b1] "x"(b1), [b2] "x"(b2), [ones] "x"(ones)
                      : "xmm14", "xmm15", "cc");
-#undef MAC
   __m256i s = _mm256_setzero_si256();
 #define SUM(k) s = _mm256_add_epi32(s, c##k);
   REP6(SUM)
@@ -90,16 +90,12 @@ __attribute__((target("avx512f,avx512bw"))) static void avx512bw_loop(uint64_t i
 #define DECL(k) __m512i c##k = _mm512_set1_epi32(k);
   REP8(DECL)
 #undef DECL
-#define MAC(acc, a, b, t)                 \
-  "vpmaddubsw %[" b "], %[" a "], %%" t "\n\t" \
-  "vpmaddwd %[ones], %%" t ", %%" t "\n\t"     \
-  "vpaddd %%" t ", %[" acc "], %[" acc "]\n\t"
   if (iters)
     __asm__ volatile("1:\n\t"
-                     MAC("c0", "a0", "b0", "zmm30") MAC("c1", "a0", "b1", "zmm31")
-                     MAC("c2", "a0", "b2", "zmm30") MAC("c3", "a0", "b3", "zmm31")
-                     MAC("c4", "a1", "b0", "zmm30") MAC("c5", "a1", "b1", "zmm31")
-                     MAC("c6", "a1", "b2", "zmm30") MAC("c7", "a1", "b3", "zmm31")
+                     MADD_TRIPLE("c0", "a0", "b0", "zmm30") MADD_TRIPLE("c1", "a0", "b1", "zmm31")
+                     MADD_TRIPLE("c2", "a0", "b2", "zmm30") MADD_TRIPLE("c3", "a0", "b3", "zmm31")
+                     MADD_TRIPLE("c4", "a1", "b0", "zmm30") MADD_TRIPLE("c5", "a1", "b1", "zmm31")
+                     MADD_TRIPLE("c6", "a1", "b2", "zmm30") MADD_TRIPLE("c7", "a1", "b3", "zmm31")
                      "dec %[n]\n\t"
                      "jnz 1b"
                      : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4),
@@ -107,7 +103,6 @@ __attribute__((target("avx512f,avx512bw"))) static void avx512bw_loop(uint64_t i
                      : [a0] "v"(a0), [a1] "v"(a1), [b0] "v"(b0), [b1] "v"(b1), [b2] "v"(b2), [b3] "v"(b3),
                        [ones] "v"(ones)
                      : "xmm30", "xmm31", "cc");
-#undef MAC
   __m512i s = _mm512_setzero_si512();
 #define SUM(k) s = _mm512_add_epi32(s, c##k);
   REP8(SUM)
