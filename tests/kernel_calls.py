@@ -29,8 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("portable", "avx2", "avxvnni", "avx512bw", "avx512vnni", "amx")
-# Builds that take another's code paths: the AVX-512BW build is the AVX2 one with the corrected
-# form's pairs of channel blocks on 512-bit vectors (b8_tile_pair), the same paths.
+# Builds that take another's code paths: the AVX-512BW build is the AVX2 one with some of them on
+# 512-bit vectors (the corrected form's pairs of channel blocks, Winograd), chosen alike.
 SAME_PATHS = {"avx512bw": "avx2"}
 ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
