@@ -52,8 +52,8 @@ def test_resnet18_in_every_format(resnet18, fmt):
 @pytest.mark.parametrize("simd", ["avx2", "avxvnni", "avx512bw", "portable"])
 def test_resnet18_with_seven_bit_weights(resnet18, simd):
     """weight_bits 7: every weight in [-63, 63], each channel's largest at 63 (so that the AVX2
-    tiles take their offset form), bit-exact in the AVX2 build and the portable one, one bit of
-    weight precision from the 8-bit format's accuracy."""
+    tiles take their offset form), bit-exact in the builds of the AVX2 tiles (AVX2, AVX-VNNI,
+    AVX-512BW) and the portable one, one bit of weight precision from the 8-bit format's accuracy."""
     from byoc_int8.codegen.emit_c import SIMD_FLAGS, cpu_flags
 
     if not SIMD_FLAGS[simd] <= cpu_flags():
