@@ -1013,8 +1013,9 @@ B8_INLINE void b8_tile_pair_half(const int8_t* split, int32_t depth, const int8_
  * block and each step's broadcasts of |a| and of its mask serve both blocks. Twice the products
  * per instruction of the 256-bit form, with the same exact arithmetic (one AMD Zen 5 core: the
  * 1x1 layers of ResNet-50 1.5-1.8x faster, of MobileNetV2 1.3-1.7x, least on 16-32 input channels,
- * where the output stage weighs most; its layers to 16 or 24 channels keep the 256-bit tiles). The two blocks requantize as one of 32 channels on 16-lane
- * vectors (`e`, the AVX-512 VNNI build's output stage). */
+ * where the output stage weighs most; its layers to 16 or 24 channels keep the 256-bit tiles).
+ * The two blocks requantize as one of 32 channels on 16-lane vectors (`e`, the AVX-512 VNNI
+ * build's output stage). */
 static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
                          const int32_t* negative_sums, const int32_t* bias, const b8_block32_epilogue* e,
                          int8_t* out, int32_t stride, int32_t count) {
