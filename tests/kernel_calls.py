@@ -30,7 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("portable", "avx2", "avxvnni", "avx512bw", "avx512vnni", "amx")
 # Builds that take another's code paths: the AVX-512BW build is the AVX2 one with some of them on
-# 512-bit vectors (the corrected form's pairs of channel blocks, Winograd), chosen alike.
+# 512-bit vectors (the corrected form's tiles, Winograd), chosen alike but for its convolution's
+# signed inputs (conv2d_paths).
 SAME_PATHS = {"avx512bw": "avx2"}
 ROUNDINGS = ("single", "tflite", "single-away")  # qarith.ROUNDINGS
 # Tile shape of the SIMD convolutions (runtime_c/src/conv2d_s8.c): output pixels x channels.
@@ -222,6 +223,9 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     blocks x patch bytes reach 128 on patches read in place, else signed inputs offset by 128 (those
     of gathered patches as they are gathered)."""
     weight = case["weight"]
+    # AVX-512BW: signed inputs in the corrected form wherever AVX2 would take the sign trick
+    # (vpsignb has no 512-bit form), a last whole block alone on 512-bit vectors too.
+    bw = variant == "avx512bw"
     variant = SAME_PATHS.get(variant, variant)
     if variant == "portable" or case["groups"] != 1:
         return {"portable"} | _share_paths(channel_shares(case, 1))
@@ -262,10 +266,10 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     elif variant == "avx2" and "signed" in paths and seven_bit:
         # other 7-bit weights: a + 128 as unsigned times w, the weight sums taken from the bias
         paths = paths - {"signed"} | {"signed offset"}
-    elif variant == "avx2" and "signed" in paths and (cout > 3 * tile_channels or
+    elif variant == "avx2" and "signed" in paths and (bw or cout > 3 * tile_channels or
                                                       -(-cout // tile_channels) * -(-kh * row // 4) * 4 >= 128):
         # |a| times w ^ (a < 0), and per pixel the sum of |a| over a < 0, instead of the sign trick,
-        # on 4 or more channel blocks, or where blocks x patch bytes reach 128
+        # on 4 or more channel blocks, or where blocks x patch bytes reach 128 (AVX-512BW: always)
         paths = paths - {"signed"} | {"signed corrected"}
     if kh > MAX_SEGMENTS:
         paths.add("tall kernel")
@@ -327,17 +331,20 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     # pass: a tile of at most 2 pixels takes one pass. Each channel share goes from its first
     # block: pairs while two blocks of it remain, its last 24 channels as a whole block and a
     # narrow one of 8 (b8_tile_pair_narrow, whose 8 channels requantize in registers too).
+    # AVX-512BW's corrected tiles take the tile's 4 pixels at once, a last whole block too.
     shares = channel_shares(case, tile_channels)
     pairing = "signed corrected" in paths and vector
-    # The AVX2 tiles' epilogue (b8_block_finish) takes the call's estimate mode.
+    # The AVX2 tiles' epilogue (b8_block_finish) takes the call's estimate mode; AVX-512BW's
+    # corrected tiles requantize on 16-lane vectors (b8_block32_finish), which have no modes.
     mode = estimate_mode(case, kh * kw * cin) if variant == "avx2" else None
+    corrected_mode = None if bw else mode
     for begin, end in shares:
         oc0 = begin
         while oc0 < end:
             left_over = end - oc0
             if pairing and (left_over >= 2 * tile_channels or left_over == tile_channels + 8):
                 paths.add("corrected pair tile")
-                paths |= _epilogue_paths(case, vector, tile_channels, (16,), mode)
+                paths |= _epilogue_paths(case, vector, tile_channels, (16,), corrected_mode)
                 if left_over == tile_channels + 8:
                     paths |= {"corrected narrow pair", "whole channel tile", "partial channel tile"}
                 else:
@@ -346,11 +353,15 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
                 continue
             channels = min(tile_channels, left_over)
             paths.add("whole channel tile" if channels == tile_channels else "partial channel tile")
+            block = bw and pairing and channels == tile_channels
+            if block:
+                paths.add("corrected block tile")  # b8_tile_block: one vector of 16 channels per step
             if variant == "avx512vnni" and channels <= 16:
                 paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
-            paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,), mode)
+            paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,),
+                                     corrected_mode if block else mode)
             oc0 += tile_channels
-    if "corrected pair tile" in paths:
+    if "corrected pair tile" in paths and not bw:  # AVX2's pairs of pixels (AVX-512BW's take 4 at once)
         counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]
         paths |= {"corrected pair, one pass"} if any(count <= 2 for count in counts) else set()
     if cout > tile_channels:

@@ -145,6 +145,9 @@ ESTIMATE_PATHS = {"estimate full", "estimate bounded", "estimate clamped"}
 WINOGRAD_ESTIMATE_PATHS = ESTIMATE_PATHS - {"estimate full"}
 CONV2D_VARIANT_PATHS = {"avx2": AVX2_PATHS | WINOGRAD_PATHS | ESTIMATE_PATHS | {"epilogue fused x16",
                                                                                 "epilogue fused clamped"},
+                        # AVX2's, signed inputs always in the corrected form, a last block alone on 512 bits
+                        "avx512bw": AVX2_PATHS - {"corrected pair, one pass"} | {"corrected block tile"}
+                        | WINOGRAD_PATHS | ESTIMATE_PATHS | {"epilogue fused x16", "epilogue fused clamped"},
                         "avxvnni": {"shifted weights", "signed offset", "signed patch offset", "one-pixel tile",
                                     "epilogue fused x16", "epilogue fused clamped"} | WINOGRAD_ESTIMATE_PATHS
                         | WINOGRAD_PATHS - {"filter per tile block", "winograd tiles of 2 rows"},
@@ -168,10 +171,10 @@ def conv2d_expected_paths(variant: str) -> set[str]:
         # 128) or patches (rows of windows, tall kernels); and no Winograd.
         small = {"per tap", "several tiles per chunk", "shifted weights", "row of windows", "tall kernel"}
         return AMX_CONV2D_PATHS | conv2d_expected_paths("avx512vnni") - small - WINOGRAD_PATHS - ESTIMATE_PATHS
-    return SIMD_PATHS - ({"signed"} if variant == "avxvnni" else set()) | CONV2D_VARIANT_PATHS[variant]
+    return SIMD_PATHS - ({"signed"} if variant in ("avxvnni", "avx512bw") else set()) | CONV2D_VARIANT_PATHS[variant]
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni", "amx"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512bw", "avx512vnni", "amx"])
 def test_conv2d_cases_reach_every_simd_path(variant):
     """The plain convolutions above and the epilogue cases below, together, take every path of
     each SIMD convolution; the grouped and depthwise ones have only the portable code."""

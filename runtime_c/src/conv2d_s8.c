@@ -28,8 +28,10 @@
  *    weights: the packed filter holds w + 128 where blocks x patch bytes reach 128 (as for
  *    AVX-512 VNNI below), else signed inputs take the offset a + 128; the sign trick and the
  *    corrected form are not needed.
- *    With AVX-512 and no VNNI (B8_USE_AVX512BW, Intel's Skylake-SP) the corrected form's pairs
- *    of channel blocks run on 512-bit vectors, a block per vector (b8_tile_pair).
+ *    With AVX-512 and no VNNI (B8_USE_AVX512BW, Intel's Skylake-SP) signed inputs of 8-bit
+ *    weights always take the corrected form (vpsignb has no 512-bit form), whose pairs of channel
+ *    blocks and last whole block run on 512-bit vectors, a block per vector (b8_tile_pair,
+ *    b8_tile_block).
  *  - AVX-512 VNNI (groups = 1): the same scheme on 8 pixels x 32 channels, with vpdpbusd doing
  *    multiply, pairwise sums and accumulation in one exact instruction, whose first operand is
  *    unsigned. Where channel blocks x patch bytes reach 128 the packed filter holds w + 128, the
@@ -1013,9 +1015,8 @@ B8_INLINE void b8_tile_pair_half(const int8_t* split, int32_t depth, const int8_
  * block and each step's broadcasts of |a| and of its mask serve both blocks. Twice the products
  * per instruction of the 256-bit form, with the same exact arithmetic (one AMD Zen 5 core: the
  * 1x1 layers of ResNet-50 1.5-1.8x faster, of MobileNetV2 1.3-1.7x, least on 16-32 input channels,
- * where the output stage weighs most; its layers to 16 or 24 channels keep the 256-bit tiles).
- * The two blocks requantize as one of 32 channels on 16-lane vectors (`e`, the AVX-512 VNNI
- * build's output stage). */
+ * where the output stage weighs most). The two blocks requantize as one of 32 channels on 16-lane
+ * vectors (`e`, the AVX-512 VNNI build's output stage). */
 static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
                          const int32_t* negative_sums, const int32_t* bias, const b8_block32_epilogue* e,
                          int8_t* out, int32_t stride, int32_t count) {
@@ -1060,6 +1061,74 @@ static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, in
   if (count > 2) _mm256_storeu_si256((__m256i*)(out + 2 * (int64_t)stride), _mm512_castsi512_si256(r1));
   if (count > 3) _mm256_storeu_si256((__m256i*)(out + 3 * (int64_t)stride), _mm512_extracti64x4_epi64(r1, 1));
 }
+
+/* A layer's last whole block of 16 channels on the 512-bit form of b8_tile_pair, alone or, where
+ * `narrow`, with the layer's last 8 channels beside it on 256-bit vectors (24 left): 4 pixel
+ * accumulators of the block (and 4 of the 8 channels), each pixel's broadcasts of |a| and of its
+ * mask serving both. The block requantizes on 16-lane vectors (`e`, loaded for 16 channels), the
+ * 8 channels as b8_tile_pair_narrow's do (`e8`). */
+B8_INLINE void b8_tile_block_body(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
+                                  const int32_t* negative_sums, const int32_t* bias, const b8_block32_epilogue* e,
+                                  const b8_block_epilogue* e8, int8_t* out, int32_t stride, int32_t count,
+                                  const int narrow) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i b0 = _mm512_loadu_si512((const void*)bias);
+  const __m256i b1 = narrow ? _mm256_loadu_si256((const __m256i*)(bias + 16)) : _mm256_setzero_si256();
+#define B8_START(p, acc, acc8)                                    \
+  const __m512i term##p = _mm512_set1_epi32(negative_sums[p]);    \
+  __m512i acc = _mm512_add_epi32(b0, term##p);                    \
+  __m256i acc8 = _mm256_add_epi32(b1, _mm512_castsi512_si256(term##p))
+  B8_START(0, a0, n0);
+  B8_START(1, a1, n1);
+  B8_START(2, a2, n2);
+  B8_START(3, a3, n3);
+#undef B8_START
+#define B8_STEP(p, acc, acc8)                                                                                \
+  do {                                                                                                       \
+    int32_t quad, sign;                                                                                      \
+    memcpy(&quad, split + (int64_t)(p) * 2 * depth + k, 4);                                                  \
+    memcpy(&sign, split + (int64_t)(p) * 2 * depth + depth + k, 4);                                          \
+    const __m512i x = _mm512_set1_epi32(quad), negative = _mm512_set1_epi32(sign);                           \
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, _mm512_xor_si512(w0, negative)), ones)); \
+    if (narrow)                                                                                              \
+      acc8 = _mm256_add_epi32(                                                                               \
+          acc8, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm512_castsi512_si256(x),                            \
+                                                       _mm256_xor_si256(w1, _mm512_castsi512_si256(negative))), \
+                                  _mm512_castsi512_si256(ones)));                                            \
+  } while (0)
+  for (int32_t k = 0; k < depth; k += 4, w += 64) {
+    const __m512i w0 = _mm512_loadu_si512((const void*)w);
+    const __m256i w1 = narrow ? _mm256_loadu_si256((const __m256i*)(w + next_block)) : _mm256_setzero_si256();
+    B8_STEP(0, a0, n0);
+    B8_STEP(1, a1, n1);
+    B8_STEP(2, a2, n2);
+    B8_STEP(3, a3, n3);
+  }
+#undef B8_STEP
+  const __m512i r = b8_block32_finish(e, a0, 0, a1, 0, a2, 0, a3, 0); /* pixel p's 16 bytes in lane p */
+  _mm_storeu_si128((__m128i*)out, _mm512_castsi512_si128(r));
+  if (count > 1) _mm_storeu_si128((__m128i*)(out + stride), _mm512_extracti32x4_epi32(r, 1));
+  if (count > 2) _mm_storeu_si128((__m128i*)(out + 2 * (int64_t)stride), _mm512_extracti32x4_epi32(r, 2));
+  if (count > 3) _mm_storeu_si128((__m128i*)(out + 3 * (int64_t)stride), _mm512_extracti32x4_epi32(r, 3));
+  if (!narrow) return;
+  const __m128i r01 = b8_block_finish_x8(e8, n0, n1), r23 = b8_block_finish_x8(e8, n2, n3); /* p's 8, q's 8 */
+  _mm_storel_epi64((__m128i*)(out + 16), r01);
+  if (count > 1) _mm_storel_epi64((__m128i*)(out + stride + 16), _mm_unpackhi_epi64(r01, r01));
+  if (count > 2) _mm_storel_epi64((__m128i*)(out + 2 * (int64_t)stride + 16), r23);
+  if (count > 3) _mm_storel_epi64((__m128i*)(out + 3 * (int64_t)stride + 16), _mm_unpackhi_epi64(r23, r23));
+}
+
+static void b8_tile_block(const int8_t* split, int32_t depth, const int8_t* w, const int32_t* negative_sums,
+                          const int32_t* bias, const b8_block32_epilogue* e, int8_t* out, int32_t stride,
+                          int32_t count) {
+  b8_tile_block_body(split, depth, w, 0, negative_sums, bias, e, NULL, out, stride, count, 0);
+}
+
+static void b8_tile_block_narrow(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
+                                 const int32_t* negative_sums, const int32_t* bias, const b8_block32_epilogue* e,
+                                 const b8_block_epilogue* e8, int8_t* out, int32_t stride, int32_t count) {
+  b8_tile_block_body(split, depth, w, next_block, negative_sums, bias, e, e8, out, stride, count, 1);
+}
 #else
 static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
                          const int32_t* negative_sums, const int32_t* bias, const b8_block_epilogue* e0,
@@ -1067,7 +1136,6 @@ static void b8_tile_pair(const int8_t* split, int32_t depth, const int8_t* w, in
   b8_tile_pair_half(split, depth, w, next_block, negative_sums, bias, e0, e1, out, stride, count, 0, 0);
   if (count > 2) b8_tile_pair_half(split, depth, w, next_block, negative_sums, bias, e0, e1, out, stride, count, 2, 0);
 }
-#endif
 
 /* b8_tile_pair on a whole block and a layer's last 8 channels. */
 static void b8_tile_pair_narrow(const int8_t* split, int32_t depth, const int8_t* w, int64_t next_block,
@@ -1076,6 +1144,7 @@ static void b8_tile_pair_narrow(const int8_t* split, int32_t depth, const int8_t
   b8_tile_pair_half(split, depth, w, next_block, negative_sums, bias, e0, e1, out, stride, count, 0, 1);
   if (count > 2) b8_tile_pair_half(split, depth, w, next_block, negative_sums, bias, e0, e1, out, stride, count, 2, 1);
 }
+#endif /* B8_USE_AVX512BW */
 #endif
 
 static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_params* quant,
@@ -1157,7 +1226,9 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
    * pixel's patch (b8_split_magnitude): 4 blocks or more, or 128 bytes of patch times blocks (on
    * Zen 4, 1.1-1.3x the sign trick's speed on MobileNetV2's and SqueezeNet's 1x1 layers of 16-48
    * channels; 0.9x on a 1x1 layer of 32 -> 16 channels and on a 3-channel stem of 32), else the
-   * sign trick. */
+   * sign trick. With AVX-512BW always the corrected form, on 512-bit vectors (on Zen 5, against the
+   * sign trick on 256-bit ones: MobileNetV2's 3-channel stem of 32 1.14x, SqueezeNet's 1x1 layer
+   * of 64 -> 16 channels 1.25x, MobileNetV2's of 32 -> 16 1.0x). */
   const int32_t blocks = padded_c / B8_TILE_CHANNELS;
   /* With AVX-VNNI every product is exact in int32 (vpdpbusd): the offset form serves signed
    * inputs whatever the weights. */
@@ -1165,7 +1236,7 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
                      (B8_USE_AVXVNNI || (weight_range == B8_WEIGHTS_7BIT && depth <= (1 << 15)));
   const b8_sign_form form = weight_range == B8_WEIGHTS_SHIFTED ? B8_FORM_SHIFTED
                             : input_nonnegative || flip_patches ? B8_FORM_UNSIGNED : offset ? B8_FORM_OFFSET
-                            : blocks > 3 || blocks * depth >= 128 ? B8_FORM_CORRECTED : B8_FORM_SIGN;
+                            : B8_USE_AVX512BW || blocks > 3 || blocks * depth >= 128 ? B8_FORM_CORRECTED : B8_FORM_SIGN;
   /* Never with AVX-VNNI (its tiles of 6 pixels have no corrected or pair form, and its scratch
    * no split patches): a constant there, so that that code is not even compiled in. */
   const int corrected = !B8_USE_AVXVNNI && form == B8_FORM_CORRECTED;
@@ -1352,8 +1423,14 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
         step = 2 * B8_TILE_CHANNELS;
       }
 #if B8_USE_AVX512BW
-      b8_block32_epilogue pair_epilogue; /* both blocks of a whole pair, on 16-lane vectors */
-      if (pair && !narrow) b8_block32_epilogue_load(quant, table, padded_c, oc0, 2 * B8_TILE_CHANNELS, &pair_epilogue);
+      /* On 512-bit vectors the corrected form takes a layer's last whole block alone too
+       * (b8_tile_block). Those tiles requantize on 16-lane vectors: a whole pair as one block of 32
+       * channels, a last block of 16 (alone, or beside the last 8) as one of 16. */
+      const int single = corrected && fused && !pair;
+      b8_block32_epilogue wide_epilogue;
+      if (pair || single)
+        b8_block32_epilogue_load(quant, table, padded_c, oc0, pair && !narrow ? 2 * B8_TILE_CHANNELS : B8_TILE_CHANNELS,
+                                 &wide_epilogue);
 #endif
 #endif
       for (int32_t t = 0; t < tiles; ++t) {
@@ -1393,17 +1470,23 @@ static b8_status b8_conv2d_s8_avx2(const b8_conv_params* conv, const b8_requant_
           const int64_t next_block = (int64_t)B8_TILE_CHANNELS * depth;
 #if B8_USE_AVX512BW
           if (!narrow)
-            b8_tile_pair(magnitude, depth, w, next_block, pixel_terms[t], start + oc0, &pair_epilogue, out + oc0,
+            b8_tile_pair(magnitude, depth, w, next_block, pixel_terms[t], start + oc0, &wide_epilogue, out + oc0,
                          out_c, count);
           else
-            b8_tile_pair_narrow(magnitude, depth, w, next_block, pixel_terms[t], start + oc0, &e, &next, out + oc0,
-                                out_c, count);
+            b8_tile_block_narrow(magnitude, depth, w, next_block, pixel_terms[t], start + oc0, &wide_epilogue, &next,
+                                 out + oc0, out_c, count);
 #else
           (narrow ? b8_tile_pair_narrow : b8_tile_pair)(magnitude, depth, w, next_block, pixel_terms[t], start + oc0,
                                                         &e, &next, out + oc0, out_c, count);
 #endif
           continue;
         }
+#if B8_USE_AVX512BW
+        if (single) {
+          b8_tile_block(magnitude, depth, w, pixel_terms[t], start + oc0, &wide_epilogue, out + oc0, out_c, count);
+          continue;
+        }
+#endif
         if (corrected) {
           const int8_t* split_segment[1][B8_TILE_PIXELS] = {
               {magnitude, magnitude + 2 * depth, magnitude + 4 * depth, magnitude + 6 * depth}};
