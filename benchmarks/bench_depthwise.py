@@ -42,7 +42,7 @@ import kernel_calls  # noqa: E402
 from kernel_calls import ConvParams, Dims, RequantParams, i8, i32, ptr  # noqa: E402
 
 ISA = {"portable": "portable C99 (compiler autovectorization only)", "avx2": "AVX2 (256-bit)",
-       "avxvnni": "AVX-VNNI (256-bit)", "avx512bw": "AVX2 (256-bit; the AVX-512BW build's depthwise)",
+       "avxvnni": "AVX-VNNI (256-bit)", "avx512bw": "AVX-512BW (512-bit vpmaddwd)",
        "avx512vnni": "AVX-512 (512-bit, +VNNI)",
        "amx": "AMX (AVX-512 VNNI depthwise)"}
 # MobileNetV2's depthwise layers at 224x224: (input h = w, channels, stride, occurrences).

@@ -556,6 +556,7 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     pixel, the interior (no check; DEPTHWISE_PIXELS neighbours at once for kernels 3 wide with
     stride 1 and no dilation across) or the checked taps (rows and / or columns in the padding)."""
     x, weight = case["x"], case["weight"]  # weight (1, KH, KW, O)
+    bw = variant == "avx512bw"  # AVX2's paths, but wide blocks of 32 channels before those of 16
     variant = "avx512vnni" if variant == "amx" else SAME_PATHS.get(variant, variant)  # AMX: VNNI's depthwise
     _, kh, kw, cout = weight.shape
     n, h, w, cin = x.shape
@@ -567,8 +568,12 @@ def depthwise_paths(case: dict, variant: str) -> set[str]:
     paths = {"simd", "3x3" if (kh, kw) == (3, 3) else "other kernel"}
     # Wide blocks (3x3, stride 1 or 2 across, no dilation across) from channel 0, while more than
     # 32 channels remain (AVX-512 VNNI, 64 at a time, the last one masked) or 16 do (AVX2, 16 at a
-    # time) and no shift is > 0, on the rows inside the input.
+    # time; AVX-512BW first 32 at a time while 32 do) and no shift is > 0, on the rows inside the input.
     wide_end, wide = 0, WIDE_DEPTHWISE[variant]
+    if (kh, kw) == (3, 3) and dw == 1 and sw in (1, 2) and bw:
+        while cout - wide_end >= 32 and not np.any(case["shift"][wide_end : wide_end + 32] > 0):
+            paths.add("wide block x32")
+            wide_end += 32
     if (kh, kw) == (3, 3) and dw == 1 and sw in (1, 2):
         while cout - wide_end > 32 if variant == "avx512vnni" else cout - wide_end >= wide:
             if np.any(case["shift"][wide_end : wide_end + wide] > 0):

@@ -669,10 +669,12 @@ DEPTHWISE_PATHS = {"portable", "simd", "3x3", "other kernel", "several channel b
 WIDE_PATHS = {"wide block", "wide block stopped by a shift", "wide stride 1", "wide stride 2", "wide padded columns"}
 DEPTHWISE_VARIANT_PATHS = {"avx2": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS | ESTIMATE_PATHS,
                            "avxvnni": {"overlapping channel block", "epilogue x8"} | WIDE_PATHS | ESTIMATE_PATHS,
+                           "avx512bw": {"overlapping channel block", "epilogue x8", "wide block x32"} | WIDE_PATHS
+                           | ESTIMATE_PATHS,
                            "avx512vnni": {"masked channel block", "epilogue x16", "masked wide block"} | WIDE_PATHS}
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512bw", "avx512vnni"])
 def test_depthwise_cases_reach_every_simd_path(variant):
     """The cases above take every path of each SIMD depthwise build, with channel counts of 8, 15,
     16, 17, 31, 32, 33 and 64 among them on the SIMD path, multipliers 1 and 2, strides and
@@ -693,7 +695,7 @@ def test_depthwise_cases_reach_every_simd_path(variant):
         assert {-128, 127} <= {c[key] for c in cases}, key
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512vnni"])
+@pytest.mark.parametrize("variant", ["avx2", "avxvnni", "avx512bw", "avx512vnni"])
 def test_fuzzer_depthwise_draws_reach_every_simd_path(variant):
     """benchmarks/fuzz_kernels.py's depthwise configurations (the first 300 per rounding: the sample
     tests/test_kernel_fuzz.py runs) take every path of each SIMD depthwise build, each many times."""

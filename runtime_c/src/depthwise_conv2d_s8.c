@@ -5,8 +5,8 @@
  * products (b8_depthwise_run; the AVX-512 VNNI build sums the interior of 3x3 kernels with
  * vpdpbusd, three taps per lane). MobileNet's 3x3 kernels (stride 1 or 2 across) go first to the
  * wide blocks, every row of them (b8_depthwise_wide: 64 channels by vpdpbusd with AVX-512 VNNI,
- * 16 by vpmaddwd with AVX2, the columns built by unpacks). Other multipliers,
- * and fewer than 8 channels with AVX2, run the portable loop.
+ * 16 by vpmaddwd with AVX2, 32 and then 16 with AVX-512BW, the columns built by unpacks). Other
+ * multipliers, and fewer than 8 channels with AVX2 (and AVX-512BW), run the portable loop.
  */
 #include "byoc_int8.h"
 
@@ -347,6 +347,96 @@ B8_INLINE void b8_dw_halves16(const int32_t* values, __m256i out[2]) {
   out[1] = _mm256_permute2x128_si256(first, second, 0x31);
 }
 
+#if B8_USE_AVX512BW
+/* The AVX-512BW build's wide blocks: 32 channels at a time, the AVX2 blocks' arithmetic on 512-bit
+ * vectors. The unpacks' order is now that within each of four 128-bit lanes: "low" holds channels
+ * 0-3, 8-11, 16-19 and 24-27, "high" 4-7, 12-15, 20-23 and 28-31. */
+B8_INLINE void b8_dw_columns32(const int8_t* r0, const int8_t* r1, const int8_t* r2, __m512i out[4]) {
+  const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)r0));
+  const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)r1));
+  const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)r2));
+  const __m512i zero = _mm512_setzero_si512();
+  out[0] = _mm512_unpacklo_epi16(a, b);
+  out[1] = _mm512_unpacklo_epi16(c, zero);
+  out[2] = _mm512_unpackhi_epi16(a, b);
+  out[3] = _mm512_unpackhi_epi16(c, zero);
+}
+
+/* 32 channels' int32 values in the order above: out[0] low, out[1] high. */
+B8_INLINE void b8_dw_halves32(const int32_t* values, __m512i out[2]) {
+  const __m512i first = _mm512_loadu_si512((const void*)values);
+  const __m512i second = _mm512_loadu_si512((const void*)(values + 16));
+  out[0] = _mm512_shuffle_i32x4(first, second, 0x88); /* 128-bit blocks 0 and 2 of each */
+  out[1] = _mm512_shuffle_i32x4(first, second, 0xDD); /* 1 and 3 */
+}
+
+/* From channel 0 while 32 channels remain and the block's shifts are <= 0 (on one Zen 5 core
+ * MobileNetV2's depthwise layers 1.8x the speed of the AVX2 blocks); returns the first channel
+ * not done. */
+B8_INLINE int32_t b8_depthwise_wide32_as(const b8_conv_params* conv, const b8_requant_params* quant,
+                                         const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
+                                         const int32_t* bias, const b8_dims* output_dims, int8_t* output,
+                                         int64_t begin, int64_t end, const int mode) {
+  const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
+  const int32_t out_h = output_dims->h, out_w = output_dims->w;
+  const int32_t sw = conv->stride_w, dh = conv->dilation_h;
+  const int64_t row_stride = (int64_t)in_w * c, image_size = (int64_t)in_h * row_stride;
+  const __m512i zero = _mm512_setzero_si512();
+  const __m256i lo = _mm256_set1_epi8((char)quant->act_min), hi = _mm256_set1_epi8((char)quant->act_max);
+  const __m512i zero_point = _mm512_set1_epi32(quant->output_zero_point);
+  int8_t pad[32];
+  memset(pad, conv->pad_value, sizeof(pad));
+  int32_t c0 = 0;
+  for (; c - c0 >= 32; c0 += 32) {
+    __m512i multiplier[2], shift[2], right[2], base[2], w[3][4], pad_column[4];
+    b8_dw_halves32(quant->shift + c0, shift);
+    if (_mm512_cmpgt_epi32_mask(_mm512_max_epi32(shift[0], shift[1]), zero)) break;
+    b8_dw_halves32(quant->multiplier + c0, multiplier);
+    if (bias)
+      b8_dw_halves32(bias + c0, base);
+    else
+      base[0] = base[1] = zero;
+    b8_estimate_x16_params estimate[2];
+    for (int32_t h = 0; h < 2; ++h) {
+      right[h] = _mm512_sub_epi32(_mm512_set1_epi32(31), shift[h]);
+      b8_estimate_prepare_x16(multiplier[h], shift[h], quant->output_zero_point, &estimate[h]);
+    }
+    for (int32_t kx = 0; kx < 3; ++kx)
+      b8_dw_columns32(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
+                      filter + (int64_t)(6 + kx) * c + c0, w[kx]);
+    b8_dw_columns32(pad, pad, pad, pad_column);
+#define B8_DW_LOAD_COLUMN(p0, p1, p2, v) b8_dw_columns32(p0, p1, p2, v)
+    /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
+#define B8_DW_PIXEL(c0, c1, c2)                                                                          \
+  do {                                                                                                   \
+    __m512i y[2];                                                                                        \
+    for (int32_t h = 0; h < 2; ++h) {                                                                    \
+      __m512i acc = base[h];                                                                             \
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c0[2 * h], w[0][2 * h]));                           \
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c0[2 * h + 1], w[0][2 * h + 1]));                   \
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c1[2 * h], w[1][2 * h]));                           \
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c1[2 * h + 1], w[1][2 * h + 1]));                   \
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c2[2 * h], w[2][2 * h]));                           \
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c2[2 * h + 1], w[2][2 * h + 1]));                   \
+      __mmask16 unsure = 0;                                                                              \
+      y[h] = b8_estimate_x16_as(acc, &estimate[h], &unsure, mode);                                       \
+      if (__builtin_expect(unsure != 0, 0))                                                              \
+        y[h] = b8_requantize_output_x16(acc, multiplier[h], right[h], zero_point);                       \
+    }                                                                                                    \
+    /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32); \
+     * the pack puts each 128-bit lane's 8 channels back in order, vpmovswb the lanes' bytes. */         \
+    const __m256i bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(y[0], y[1]));                        \
+    _mm256_storeu_si256((__m256i*)o, _mm256_min_epi8(_mm256_max_epi8(bytes, lo), hi));                  \
+  } while (0)
+    __m512i ca[4], cb[4], cc[4];
+    B8_DW_ROWS(ca, cb, cc)
+#undef B8_DW_PIXEL
+#undef B8_DW_LOAD_COLUMN
+  }
+  return c0;
+}
+#endif
+
 /* The AVX2 build's b8_depthwise_wide: blocks of 16 channels while 16 remain (else as above), its
  * estimate in `mode` (a constant: b8_estimate_mode's for the call). */
 B8_INLINE int32_t b8_depthwise_wide_as(const b8_conv_params* conv, const b8_requant_params* quant,
@@ -362,7 +452,12 @@ B8_INLINE int32_t b8_depthwise_wide_as(const b8_conv_params* conv, const b8_requ
   const __m256i zero_point = _mm256_set1_epi32(quant->output_zero_point);
   int8_t pad[B8_DW_WIDE];
   memset(pad, conv->pad_value, sizeof(pad));
+#if B8_USE_AVX512BW
+  int32_t c0 = b8_depthwise_wide32_as(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end,
+                                      mode); /* then 16 channels at a time from where it stopped */
+#else
   int32_t c0 = 0;
+#endif
   for (; c - c0 >= B8_DW_WIDE; c0 += B8_DW_WIDE) {
     __m256i multiplier[2], shift[2], right[2], base[2], w[3][4], pad_column[4];
     b8_dw_halves16(quant->shift + c0, shift);

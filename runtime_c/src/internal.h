@@ -523,17 +523,25 @@ B8_INLINE void b8_estimate_prepare_x16(__m512i multiplier, __m512i shift, int32_
 #undef B8_JOIN
 }
 
-B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, __mmask16* unsure) {
+/* The estimate on 16 lanes in `mode` (a constant: b8_estimate_bounds_x8's); lanes where it may be
+ * wrong are set in *unsure. */
+B8_INLINE __m512i b8_estimate_x16_as(__m512i acc, const b8_estimate_x16_params* p, __mmask16* unsure, const int mode) {
   const __m512 x = _mm512_cvt_roundepi32_ps(acc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 offset = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(acc, _mm512_setzero_si512()),
-                                             p->offset_nonnegative, p->offset_negative);
-  const __m512 below = _mm512_min_ps(_mm512_fmadd_round_ps(x, p->scale, offset, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                                     _mm512_set1_ps(B8_ESTIMATE_LIMIT));
+  const __m512 offset = mode == B8_ESTIMATE_CLAMPED
+                            ? p->offset_nonnegative
+                            : _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(acc, _mm512_setzero_si512()),
+                                                   p->offset_nonnegative, p->offset_negative);
+  __m512 below = _mm512_fmadd_round_ps(x, p->scale, offset, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  if (mode == B8_ESTIMATE_FULL) below = _mm512_min_ps(below, _mm512_set1_ps(B8_ESTIMATE_LIMIT));
   const __m512 above = _mm512_add_ps(below, _mm512_set1_ps(2 * B8_ESTIMATE_MARGIN));
   const __m512i low = _mm512_cvt_roundps_epi32(below, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512i high = _mm512_cvt_roundps_epi32(above, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   *unsure = (__mmask16)(*unsure | _mm512_cmpneq_epi32_mask(low, high));
   return low;
+}
+
+B8_INLINE __m512i b8_estimate_x16(__m512i acc, const b8_estimate_x16_params* p, __mmask16* unsure) {
+  return b8_estimate_x16_as(acc, p, unsure, B8_ESTIMATE_FULL);
 }
 
 /* The output stage of the AVX-512 VNNI build's tiles (conv2d_s8.c: blocks of 32 channels, or 16),
