@@ -334,18 +334,19 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
     # AVX-512BW's corrected tiles take the tile's 4 pixels at once, a last whole block too.
     shares = channel_shares(case, tile_channels)
     pairing = "signed corrected" in paths and vector
-    # The AVX2 tiles' epilogue (b8_block_finish) takes the call's estimate mode; AVX-512BW's
-    # corrected tiles requantize on 16-lane vectors (b8_block32_finish), which have no modes.
+    # The AVX2 tiles' epilogue (b8_block_finish) takes the call's estimate mode, and so do
+    # AVX-512BW's pairs (b8_tile_pair's b8_block32_finish_as), not its last blocks (b8_tile_block).
     mode = estimate_mode(case, kh * kw * cin) if variant == "avx2" else None
-    corrected_mode = None if bw else mode
+    block_mode = None if bw else mode
     for begin, end in shares:
         oc0 = begin
         while oc0 < end:
             left_over = end - oc0
             if pairing and (left_over >= 2 * tile_channels or left_over == tile_channels + 8):
+                narrow = left_over == tile_channels + 8
                 paths.add("corrected pair tile")
-                paths |= _epilogue_paths(case, vector, tile_channels, (16,), corrected_mode)
-                if left_over == tile_channels + 8:
+                paths |= _epilogue_paths(case, vector, tile_channels, (16,), block_mode if narrow else mode)
+                if narrow:
                     paths |= {"corrected narrow pair", "whole channel tile", "partial channel tile"}
                 else:
                     paths.add("whole channel tile")
@@ -359,7 +360,7 @@ def conv2d_paths(case: dict, variant: str) -> set[str]:
             if variant == "avx512vnni" and channels <= 16:
                 paths.add("narrow channel tile")  # b8_tile_narrow: one vector of 16 channels per step
             paths |= _epilogue_paths(case, vector, channels, (16, 32) if variant == "avx512vnni" else (16,),
-                                     corrected_mode if block else mode)
+                                     block_mode if block else mode)
             oc0 += tile_channels
     if "corrected pair tile" in paths and not bw:  # AVX2's pairs of pixels (AVX-512BW's take 4 at once)
         counts = [min(tile_pixels, end - first) for begin, end in ranges for first in range(begin, end, tile_pixels)]

@@ -584,11 +584,13 @@ B8_INLINE __m512i b8_block32_exact(const b8_block32_epilogue* e, __m512i acc, in
  * zero point and packs them into 64 int8 in the order a, b, c, d, clamped. The float estimate
  * does it unless a lane is unsure; then the integer path redoes all four. The int32 -> int16 ->
  * int8 packs saturate, which is the clamp to [-128, 127]; act_min / act_max follow on bytes. */
-B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
-                                    __m512i c, int hc, __m512i d, int hd) {
+B8_INLINE __m512i b8_block32_finish_as(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
+                                       __m512i c, int hc, __m512i d, int hd, const int mode) {
   __mmask16 unsure = 0;
-  __m512i ya = b8_estimate_x16(a, &e->estimate[ha], &unsure), yb = b8_estimate_x16(b, &e->estimate[hb], &unsure);
-  __m512i yc = b8_estimate_x16(c, &e->estimate[hc], &unsure), yd = b8_estimate_x16(d, &e->estimate[hd], &unsure);
+  __m512i ya = b8_estimate_x16_as(a, &e->estimate[ha], &unsure, mode);
+  __m512i yb = b8_estimate_x16_as(b, &e->estimate[hb], &unsure, mode);
+  __m512i yc = b8_estimate_x16_as(c, &e->estimate[hc], &unsure, mode);
+  __m512i yd = b8_estimate_x16_as(d, &e->estimate[hd], &unsure, mode);
   if (__builtin_expect(unsure != 0, 0)) {
     ya = b8_block32_exact(e, a, ha);
     yb = b8_block32_exact(e, b, hb);
@@ -598,6 +600,11 @@ B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int
   const __m512i bytes = _mm512_packs_epi16(_mm512_packs_epi32(ya, yb), _mm512_packs_epi32(yc, yd));
   const __m512i ordered = _mm512_permutexvar_epi32(e->order, bytes);
   return _mm512_min_epi8(_mm512_max_epi8(ordered, e->lo), e->hi);
+}
+
+B8_INLINE __m512i b8_block32_finish(const b8_block32_epilogue* e, __m512i a, int ha, __m512i b, int hb,
+                                    __m512i c, int hc, __m512i d, int hd) {
+  return b8_block32_finish_as(e, a, ha, b, hb, c, hc, d, hd, B8_ESTIMATE_FULL);
 }
 
 /* b8_small_rescale on 16 lanes of differences. */
