@@ -1010,6 +1010,17 @@ B8_INLINE void b8_tile_pair_half(const int8_t* split, int32_t depth, const int8_
 }
 
 #if B8_USE_AVX512BW
+/* Pixel p's 4 bytes of |a| at step k of its split patch (b8_split_magnitude: |a| at split + p x 2
+ * depth, the mask `depth` bytes on), and those of its mask, each broadcast to every lane. */
+B8_INLINE void b8_split_broadcast(const int8_t* split, int32_t depth, int32_t p, int32_t k, __m512i* x,
+                                  __m512i* negative) {
+  int32_t quad, sign;
+  memcpy(&quad, split + (int64_t)p * 2 * depth + k, 4);
+  memcpy(&sign, split + (int64_t)p * 2 * depth + depth + k, 4);
+  *x = _mm512_set1_epi32(quad);
+  *negative = _mm512_set1_epi32(sign);
+}
+
 /* b8_tile_pair_half on 512-bit vectors, for the tile's 4 pixels at once: a block's 16 channels of
  * a step are its 64 packed bytes, one vector, so that each of the 8 accumulators is a pixel's
  * block and each step's broadcasts of |a| and of its mask serve both blocks. Twice the products
@@ -1035,14 +1046,12 @@ B8_INLINE void b8_tile_pair_as(const int8_t* split, int32_t depth, const int8_t*
 #undef B8_START
 #define B8_MAC(acc, wv) \
   acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, _mm512_xor_si512(wv, negative)), ones))
-#define B8_STEP(p, acc0, acc1)                                                       \
-  do {                                                                               \
-    int32_t quad, sign;                                                              \
-    memcpy(&quad, split + (int64_t)(p) * 2 * depth + k, 4);                          \
-    memcpy(&sign, split + (int64_t)(p) * 2 * depth + depth + k, 4);                  \
-    const __m512i x = _mm512_set1_epi32(quad), negative = _mm512_set1_epi32(sign);   \
-    B8_MAC(acc0, w0);                                                                \
-    B8_MAC(acc1, w1);                                                                \
+#define B8_STEP(p, acc0, acc1)                               \
+  do {                                                       \
+    __m512i x, negative;                                     \
+    b8_split_broadcast(split, depth, p, k, &x, &negative);   \
+    B8_MAC(acc0, w0);                                        \
+    B8_MAC(acc1, w1);                                        \
   } while (0)
   for (int32_t k = 0; k < depth; k += 4, w += 64) {
     const __m512i w0 = _mm512_loadu_si512((const void*)w), w1 = _mm512_loadu_si512((const void*)(w + next_block));
@@ -1103,10 +1112,8 @@ B8_INLINE void b8_tile_block_body(const int8_t* split, int32_t depth, const int8
 #undef B8_START
 #define B8_STEP(p, acc, acc8)                                                                                \
   do {                                                                                                       \
-    int32_t quad, sign;                                                                                      \
-    memcpy(&quad, split + (int64_t)(p) * 2 * depth + k, 4);                                                  \
-    memcpy(&sign, split + (int64_t)(p) * 2 * depth + depth + k, 4);                                          \
-    const __m512i x = _mm512_set1_epi32(quad), negative = _mm512_set1_epi32(sign);                           \
+    __m512i x, negative;                                                                                     \
+    b8_split_broadcast(split, depth, p, k, &x, &negative);                                                   \
     acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(x, _mm512_xor_si512(w0, negative)), ones)); \
     if (narrow)                                                                                              \
       acc8 = _mm256_add_epi32(                                                                               \

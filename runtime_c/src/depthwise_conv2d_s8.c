@@ -318,17 +318,19 @@ B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* es
 }
 
 /* Wide blocks with AVX2: 16 channels of a 3x3 kernel at a time by vpmaddwd, two taps per
- * instruction. A column's three rows are sign-extended to int16 and interleaved into pairs
- * (row 0, row 1) and (row 2, 0) per int32 lane, in the order the unpacks leave within each
- * 128-bit lane: vector "low" holds channels 0-3 and 8-11, "high" 4-7 and 12-15. The kernel's
- * columns are paired the same way, the per-channel int32 data is put in that order by swapping
- * 128-bit halves, and the packs of the output stage restore the natural order. Products and sums
- * are exact int32, in another order: the portable accumulator. */
+ * instruction (the AVX-512BW build first takes 32 at a time on 512-bit vectors). A column's three
+ * rows are sign-extended to int16 and interleaved into pairs (row 0, row 1) and (row 2, 0) per
+ * int32 lane, in the order the unpacks leave within each 128-bit lane: with 16 channels vector
+ * "low" holds channels 0-3 and 8-11, "high" 4-7 and 12-15; with 32, "low" 0-3, 8-11, 16-19 and
+ * 24-27. The kernel's columns are paired the same way, the per-channel int32 data is put in that
+ * order by moving 128-bit blocks, and the packs of the output stage restore the natural order.
+ * Products and sums are exact int32, in another order: the portable accumulator.
+ * Each width has the same helpers (b8_dw16_*, b8_dw32_*), which B8_DW_WIDE_BODY runs. */
 enum { B8_DW_WIDE = 16 };
 
 /* The column of rows r0, r1, r2 (16 channels each): out[0] = (r0, r1) low, out[1] = (r2, 0) low,
  * out[2] = (r0, r1) high, out[3] = (r2, 0) high. */
-B8_INLINE void b8_dw_columns16(const int8_t* r0, const int8_t* r1, const int8_t* r2, __m256i out[4]) {
+B8_INLINE void b8_dw16_columns(const int8_t* r0, const int8_t* r1, const int8_t* r2, __m256i out[4]) {
   const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)r0));
   const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)r1));
   const __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)r2));
@@ -340,18 +342,76 @@ B8_INLINE void b8_dw_columns16(const int8_t* r0, const int8_t* r1, const int8_t*
 }
 
 /* 16 channels' int32 values in the wide blocks' order: out[0] low, out[1] high. */
-B8_INLINE void b8_dw_halves16(const int32_t* values, __m256i out[2]) {
+B8_INLINE void b8_dw16_halves(const int32_t* values, __m256i out[2]) {
   const __m256i first = _mm256_loadu_si256((const __m256i*)values);
   const __m256i second = _mm256_loadu_si256((const __m256i*)(values + 8));
   out[0] = _mm256_permute2x128_si256(first, second, 0x20);
   out[1] = _mm256_permute2x128_si256(first, second, 0x31);
 }
 
+/* A block's weights, bias and output stage, in the blocks' order. */
+typedef __m256i b8_dw16_vec;
+typedef struct {
+  __m256i w[3][4], base[2], multiplier[2], right[2], zero_point;
+  b8_estimate_x8_params estimate[2];
+  __m128i lo, hi;
+} b8_dw16_block;
+
+/* Loads the block of channels c0 .. c0 + 15; 0 where a shift is > 0 (the blocks stop there). */
+B8_INLINE int b8_dw16_block_load(const b8_requant_params* quant, const int8_t* filter, const int32_t* bias, int32_t c,
+                                 int32_t c0, b8_dw16_block* b) {
+  __m256i shift[2];
+  b8_dw16_halves(quant->shift + c0, shift);
+  if (!_mm256_testz_si256(_mm256_cmpgt_epi32(_mm256_max_epi32(shift[0], shift[1]), _mm256_setzero_si256()),
+                          _mm256_set1_epi32(-1)))
+    return 0;
+  b8_dw16_halves(quant->multiplier + c0, b->multiplier);
+  if (bias)
+    b8_dw16_halves(bias + c0, b->base);
+  else
+    b->base[0] = b->base[1] = _mm256_setzero_si256();
+  for (int32_t h = 0; h < 2; ++h) {
+    b->right[h] = _mm256_sub_epi32(_mm256_set1_epi32(31), shift[h]);
+    b8_estimate_prepare_x8(b->multiplier[h], shift[h], quant->output_zero_point, &b->estimate[h]);
+  }
+  for (int32_t kx = 0; kx < 3; ++kx)
+    b8_dw16_columns(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
+                    filter + (int64_t)(6 + kx) * c + c0, b->w[kx]);
+  b->zero_point = _mm256_set1_epi32(quant->output_zero_point);
+  b->lo = _mm_set1_epi8((char)quant->act_min);
+  b->hi = _mm_set1_epi8((char)quant->act_max);
+  return 1;
+}
+
+/* One output pixel of the block from its columns x0, x1, x2, stored at o; the estimate in `mode` (a
+ * constant: b8_estimate_mode's for the call). */
+B8_INLINE void b8_dw16_pixel(int8_t* o, const __m256i x0[4], const __m256i x1[4], const __m256i x2[4],
+                             const b8_dw16_block* b, const int mode) {
+  __m256i y[2];
+  for (int32_t h = 0; h < 2; ++h) {
+    __m256i acc = b->base[h];
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x0[2 * h], b->w[0][2 * h]));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x0[2 * h + 1], b->w[0][2 * h + 1]));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x1[2 * h], b->w[1][2 * h]));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x1[2 * h + 1], b->w[1][2 * h + 1]));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x2[2 * h], b->w[2][2 * h]));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x2[2 * h + 1], b->w[2][2 * h + 1]));
+    __m256i unsure = _mm256_setzero_si256();
+    y[h] = b8_estimate_x8_as(acc, &b->estimate[h], &unsure, mode);
+    if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))
+      y[h] = b8_requantize_output_x8(acc, b->multiplier[h], b->right[h], b->zero_point);
+  }
+  /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32);
+   * the packs put the channels back in order, 0-7 and 8-15 in the two halves. */
+  const __m256i words = _mm256_packs_epi32(y[0], y[1]);
+  const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(words, words), 0x08);
+  _mm_storeu_si128((__m128i*)o, _mm_min_epi8(_mm_max_epi8(_mm256_castsi256_si128(bytes), b->lo), b->hi));
+}
+
 #if B8_USE_AVX512BW
-/* The AVX-512BW build's wide blocks: 32 channels at a time, the AVX2 blocks' arithmetic on 512-bit
- * vectors. The unpacks' order is now that within each of four 128-bit lanes: "low" holds channels
- * 0-3, 8-11, 16-19 and 24-27, "high" 4-7, 12-15, 20-23 and 28-31. */
-B8_INLINE void b8_dw_columns32(const int8_t* r0, const int8_t* r1, const int8_t* r2, __m512i out[4]) {
+/* The same on 32 channels, 512-bit vectors (on one Zen 5 core MobileNetV2's depthwise layers 1.8x
+ * the speed of the blocks of 16). */
+B8_INLINE void b8_dw32_columns(const int8_t* r0, const int8_t* r1, const int8_t* r2, __m512i out[4]) {
   const __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)r0));
   const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)r1));
   const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)r2));
@@ -362,152 +422,117 @@ B8_INLINE void b8_dw_columns32(const int8_t* r0, const int8_t* r1, const int8_t*
   out[3] = _mm512_unpackhi_epi16(c, zero);
 }
 
-/* 32 channels' int32 values in the order above: out[0] low, out[1] high. */
-B8_INLINE void b8_dw_halves32(const int32_t* values, __m512i out[2]) {
+B8_INLINE void b8_dw32_halves(const int32_t* values, __m512i out[2]) {
   const __m512i first = _mm512_loadu_si512((const void*)values);
   const __m512i second = _mm512_loadu_si512((const void*)(values + 16));
   out[0] = _mm512_shuffle_i32x4(first, second, 0x88); /* 128-bit blocks 0 and 2 of each */
   out[1] = _mm512_shuffle_i32x4(first, second, 0xDD); /* 1 and 3 */
 }
 
-/* From channel 0 while 32 channels remain and the block's shifts are <= 0 (on one Zen 5 core
- * MobileNetV2's depthwise layers 1.8x the speed of the AVX2 blocks); returns the first channel
- * not done. */
-B8_INLINE int32_t b8_depthwise_wide32_as(const b8_conv_params* conv, const b8_requant_params* quant,
-                                         const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
-                                         const int32_t* bias, const b8_dims* output_dims, int8_t* output,
-                                         int64_t begin, int64_t end, const int mode) {
-  const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
-  const int32_t out_h = output_dims->h, out_w = output_dims->w;
-  const int32_t sw = conv->stride_w, dh = conv->dilation_h;
-  const int64_t row_stride = (int64_t)in_w * c, image_size = (int64_t)in_h * row_stride;
-  const __m512i zero = _mm512_setzero_si512();
-  const __m256i lo = _mm256_set1_epi8((char)quant->act_min), hi = _mm256_set1_epi8((char)quant->act_max);
-  const __m512i zero_point = _mm512_set1_epi32(quant->output_zero_point);
-  int8_t pad[32];
-  memset(pad, conv->pad_value, sizeof(pad));
-  int32_t c0 = 0;
-  for (; c - c0 >= 32; c0 += 32) {
-    __m512i multiplier[2], shift[2], right[2], base[2], w[3][4], pad_column[4];
-    b8_dw_halves32(quant->shift + c0, shift);
-    if (_mm512_cmpgt_epi32_mask(_mm512_max_epi32(shift[0], shift[1]), zero)) break;
-    b8_dw_halves32(quant->multiplier + c0, multiplier);
-    if (bias)
-      b8_dw_halves32(bias + c0, base);
-    else
-      base[0] = base[1] = zero;
-    b8_estimate_x16_params estimate[2];
-    for (int32_t h = 0; h < 2; ++h) {
-      right[h] = _mm512_sub_epi32(_mm512_set1_epi32(31), shift[h]);
-      b8_estimate_prepare_x16(multiplier[h], shift[h], quant->output_zero_point, &estimate[h]);
-    }
-    for (int32_t kx = 0; kx < 3; ++kx)
-      b8_dw_columns32(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
-                      filter + (int64_t)(6 + kx) * c + c0, w[kx]);
-    b8_dw_columns32(pad, pad, pad, pad_column);
-#define B8_DW_LOAD_COLUMN(p0, p1, p2, v) b8_dw_columns32(p0, p1, p2, v)
-    /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
-#define B8_DW_PIXEL(c0, c1, c2)                                                                          \
-  do {                                                                                                   \
-    __m512i y[2];                                                                                        \
-    for (int32_t h = 0; h < 2; ++h) {                                                                    \
-      __m512i acc = base[h];                                                                             \
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c0[2 * h], w[0][2 * h]));                           \
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c0[2 * h + 1], w[0][2 * h + 1]));                   \
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c1[2 * h], w[1][2 * h]));                           \
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c1[2 * h + 1], w[1][2 * h + 1]));                   \
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c2[2 * h], w[2][2 * h]));                           \
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(c2[2 * h + 1], w[2][2 * h + 1]));                   \
-      __mmask16 unsure = 0;                                                                              \
-      y[h] = b8_estimate_x16_as(acc, &estimate[h], &unsure, mode);                                       \
-      if (__builtin_expect(unsure != 0, 0))                                                              \
-        y[h] = b8_requantize_output_x16(acc, multiplier[h], right[h], zero_point);                       \
-    }                                                                                                    \
-    /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32); \
-     * the pack puts each 128-bit lane's 8 channels back in order, vpmovswb the lanes' bytes. */         \
-    const __m256i bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(y[0], y[1]));                        \
-    _mm256_storeu_si256((__m256i*)o, _mm256_min_epi8(_mm256_max_epi8(bytes, lo), hi));                  \
-  } while (0)
-    __m512i ca[4], cb[4], cc[4];
-    B8_DW_ROWS(ca, cb, cc)
-#undef B8_DW_PIXEL
-#undef B8_DW_LOAD_COLUMN
+typedef __m512i b8_dw32_vec;
+typedef struct {
+  __m512i w[3][4], base[2], multiplier[2], right[2], zero_point;
+  b8_estimate_x16_params estimate[2];
+  __m256i lo, hi;
+} b8_dw32_block;
+
+B8_INLINE int b8_dw32_block_load(const b8_requant_params* quant, const int8_t* filter, const int32_t* bias, int32_t c,
+                                 int32_t c0, b8_dw32_block* b) {
+  __m512i shift[2];
+  b8_dw32_halves(quant->shift + c0, shift);
+  if (_mm512_cmpgt_epi32_mask(_mm512_max_epi32(shift[0], shift[1]), _mm512_setzero_si512())) return 0;
+  b8_dw32_halves(quant->multiplier + c0, b->multiplier);
+  if (bias)
+    b8_dw32_halves(bias + c0, b->base);
+  else
+    b->base[0] = b->base[1] = _mm512_setzero_si512();
+  for (int32_t h = 0; h < 2; ++h) {
+    b->right[h] = _mm512_sub_epi32(_mm512_set1_epi32(31), shift[h]);
+    b8_estimate_prepare_x16(b->multiplier[h], shift[h], quant->output_zero_point, &b->estimate[h]);
   }
-  return c0;
+  for (int32_t kx = 0; kx < 3; ++kx)
+    b8_dw32_columns(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
+                    filter + (int64_t)(6 + kx) * c + c0, b->w[kx]);
+  b->zero_point = _mm512_set1_epi32(quant->output_zero_point);
+  b->lo = _mm256_set1_epi8((char)quant->act_min);
+  b->hi = _mm256_set1_epi8((char)quant->act_max);
+  return 1;
+}
+
+B8_INLINE void b8_dw32_pixel(int8_t* o, const __m512i x0[4], const __m512i x1[4], const __m512i x2[4],
+                             const b8_dw32_block* b, const int mode) {
+  __m512i y[2];
+  for (int32_t h = 0; h < 2; ++h) {
+    __m512i acc = b->base[h];
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x0[2 * h], b->w[0][2 * h]));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x0[2 * h + 1], b->w[0][2 * h + 1]));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x1[2 * h], b->w[1][2 * h]));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x1[2 * h + 1], b->w[1][2 * h + 1]));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x2[2 * h], b->w[2][2 * h]));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x2[2 * h + 1], b->w[2][2 * h + 1]));
+    __mmask16 unsure = 0;
+    y[h] = b8_estimate_x16_as(acc, &b->estimate[h], &unsure, mode);
+    if (__builtin_expect(unsure != 0, 0))
+      y[h] = b8_requantize_output_x16(acc, b->multiplier[h], b->right[h], b->zero_point);
+  }
+  /* The pack puts each 128-bit lane's 8 channels in order, vpmovswb the lanes' bytes side by side. */
+  const __m256i bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(y[0], y[1]));
+  _mm256_storeu_si256((__m256i*)o, _mm256_min_epi8(_mm256_max_epi8(bytes, b->lo), b->hi));
 }
 #endif
 
-/* The AVX2 build's b8_depthwise_wide: blocks of 16 channels while 16 remain (else as above), its
- * estimate in `mode` (a constant: b8_estimate_mode's for the call). */
+/* The wide blocks of W channels from c0 while W remain and the block's shifts are <= 0, with the
+ * helpers B8_DWW(name) names (b8_dw16_*, b8_dw32_*); returns the first channel not done. */
+#define B8_DW_LOAD_COLUMN(p0, p1, p2, v) B8_DWW(columns)(p0, p1, p2, v)
+#define B8_DW_PIXEL(x0, x1, x2) B8_DWW(pixel)(o, x0, x1, x2, &block, mode)
+#define B8_DW_WIDE_FUNCTION(W)                                                                               \
+  B8_INLINE int32_t b8_depthwise_wide##W##_as(const b8_conv_params* conv, const b8_requant_params* quant,    \
+                                              const b8_dims* input_dims, const int8_t* input,               \
+                                              const int8_t* filter, const int32_t* bias,                    \
+                                              const b8_dims* output_dims, int8_t* output, int64_t begin,    \
+                                              int64_t end, int32_t c0, const int mode) {                    \
+    const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;                            \
+    const int32_t out_h = output_dims->h, out_w = output_dims->w;                                           \
+    const int32_t sw = conv->stride_w, dh = conv->dilation_h;                                               \
+    const int64_t row_stride = (int64_t)in_w * c, image_size = (int64_t)in_h * row_stride;                   \
+    int8_t pad[W];                                                                                          \
+    memset(pad, conv->pad_value, sizeof(pad));                                                              \
+    for (; c - c0 >= (W); c0 += (W)) {                                                                      \
+      B8_DWW(block) block;                                                                                  \
+      if (!B8_DWW(block_load)(quant, filter, bias, c, c0, &block)) break;                                   \
+      B8_DWW(vec) pad_column[4], ca[4], cb[4], cc[4];                                                       \
+      B8_DWW(columns)(pad, pad, pad, pad_column);                                                           \
+      B8_DW_ROWS(ca, cb, cc)                                                                                \
+    }                                                                                                       \
+    return c0;                                                                                              \
+  }
+#define B8_DWW(name) b8_dw16_##name
+B8_DW_WIDE_FUNCTION(16)
+#undef B8_DWW
+#if B8_USE_AVX512BW
+#define B8_DWW(name) b8_dw32_##name
+B8_DW_WIDE_FUNCTION(32)
+#undef B8_DWW
+#endif
+#undef B8_DW_WIDE_FUNCTION
+#undef B8_DW_PIXEL
+#undef B8_DW_LOAD_COLUMN
+
+/* The AVX2 build's b8_depthwise_wide: blocks of 16 channels while 16 remain (else as above), after
+ * the AVX-512BW build's of 32 while 32 remain; the estimate in `mode` (a constant: b8_estimate_mode's
+ * for the call). */
 B8_INLINE int32_t b8_depthwise_wide_as(const b8_conv_params* conv, const b8_requant_params* quant,
                                        const b8_dims* input_dims, const int8_t* input, const int8_t* filter,
                                        const int32_t* bias, const b8_dims* output_dims, int8_t* output, int64_t begin,
                                        int64_t end, const int mode) {
-  const int32_t in_h = input_dims->h, in_w = input_dims->w, c = input_dims->c;
-  const int32_t out_h = output_dims->h, out_w = output_dims->w;
-  const int32_t sw = conv->stride_w, dh = conv->dilation_h;
-  const int64_t row_stride = (int64_t)in_w * c, image_size = (int64_t)in_h * row_stride;
-  const __m256i zero = _mm256_setzero_si256();
-  const __m128i lo = _mm_set1_epi8((char)quant->act_min), hi = _mm_set1_epi8((char)quant->act_max);
-  const __m256i zero_point = _mm256_set1_epi32(quant->output_zero_point);
-  int8_t pad[B8_DW_WIDE];
-  memset(pad, conv->pad_value, sizeof(pad));
 #if B8_USE_AVX512BW
-  int32_t c0 = b8_depthwise_wide32_as(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end,
-                                      mode); /* then 16 channels at a time from where it stopped */
+  const int32_t c0 =
+      b8_depthwise_wide32_as(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end, 0, mode);
 #else
-  int32_t c0 = 0;
+  const int32_t c0 = 0;
 #endif
-  for (; c - c0 >= B8_DW_WIDE; c0 += B8_DW_WIDE) {
-    __m256i multiplier[2], shift[2], right[2], base[2], w[3][4], pad_column[4];
-    b8_dw_halves16(quant->shift + c0, shift);
-    if (!_mm256_testz_si256(_mm256_cmpgt_epi32(_mm256_max_epi32(shift[0], shift[1]), zero),
-                            _mm256_set1_epi32(-1)))
-      break;
-    b8_dw_halves16(quant->multiplier + c0, multiplier);
-    if (bias)
-      b8_dw_halves16(bias + c0, base);
-    else
-      base[0] = base[1] = zero;
-    b8_estimate_x8_params estimate[2];
-    for (int32_t h = 0; h < 2; ++h) {
-      right[h] = _mm256_sub_epi32(_mm256_set1_epi32(31), shift[h]);
-      b8_estimate_prepare_x8(multiplier[h], shift[h], quant->output_zero_point, &estimate[h]);
-    }
-    for (int32_t kx = 0; kx < 3; ++kx)
-      b8_dw_columns16(filter + (int64_t)kx * c + c0, filter + (int64_t)(3 + kx) * c + c0,
-                      filter + (int64_t)(6 + kx) * c + c0, w[kx]);
-    b8_dw_columns16(pad, pad, pad, pad_column);
-#define B8_DW_LOAD_COLUMN(p0, p1, p2, v) b8_dw_columns16(p0, p1, p2, v)
-    /* One output pixel from the columns at x, x + 1 and x + 2, stored at o. */
-#define B8_DW_PIXEL(c0, c1, c2)                                                                          \
-  do {                                                                                                   \
-    __m256i y[2];                                                                                        \
-    for (int32_t h = 0; h < 2; ++h) {                                                                    \
-      __m256i acc = base[h];                                                                             \
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c0[2 * h], w[0][2 * h]));                           \
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c0[2 * h + 1], w[0][2 * h + 1]));                   \
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c1[2 * h], w[1][2 * h]));                           \
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c1[2 * h + 1], w[1][2 * h + 1]));                   \
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c2[2 * h], w[2][2 * h]));                           \
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(c2[2 * h + 1], w[2][2 * h + 1]));                   \
-      __m256i unsure = _mm256_setzero_si256();                                                           \
-      y[h] = b8_estimate_x8_as(acc, &estimate[h], &unsure, mode);                                        \
-      if (__builtin_expect(!_mm256_testz_si256(unsure, unsure), 0))                                      \
-        y[h] = b8_requantize_output_x8(acc, multiplier[h], right[h], zero_point);                        \
-    }                                                                                                    \
-    /* int32 -> int16 -> int8 with saturation (monotone: then clamping gives the clamp of the int32); \
-     * the packs put the channels back in order, 0-7 and 8-15 in the two halves. */                    \
-    const __m256i words = _mm256_packs_epi32(y[0], y[1]);                                               \
-    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(words, words), 0x08);             \
-    _mm_storeu_si128((__m128i*)o, _mm_min_epi8(_mm_max_epi8(_mm256_castsi256_si128(bytes), lo), hi));   \
-  } while (0)
-    __m256i ca[4], cb[4], cc[4];
-    B8_DW_ROWS(ca, cb, cc)
-#undef B8_DW_PIXEL
-#undef B8_DW_LOAD_COLUMN
-  }
-  return c0;
+  return b8_depthwise_wide16_as(conv, quant, input_dims, input, filter, bias, output_dims, output, begin, end, c0,
+                                mode);
 }
 
 static int32_t b8_depthwise_wide(const b8_conv_params* conv, const b8_requant_params* quant,
