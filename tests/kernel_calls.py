@@ -43,7 +43,8 @@ CHUNK_WEIGHT_BYTES = 256 * 1024  # larger packed filters are read per tap, in ch
 DEPTHWISE_LANES = {"avx2": 8, "avxvnni": 8, "avx512vnni": 16}
 DEPTHWISE_MAX_TAPS = 64
 DEPTHWISE_PIXELS = 4  # interior pixels computed together (B8_DW_PIXELS)
-WIDE_DEPTHWISE = {"avx2": 16, "avxvnni": 16, "avx512vnni": 64}  # channels per wide block of the 3x3 depthwise (B8_DW_WIDE)
+# Channels per wide block of the 3x3 depthwise (B8_DW_WIDE with AVX-512 VNNI, else b8_dw16_*).
+WIDE_DEPTHWISE = {"avx2": 16, "avxvnni": 16, "avx512vnni": 64}
 MAX_PATCH = 1 << 15  # longest patch or dense depth whose int32 accumulator cannot overflow
 ESTIMATE_BOUND = 1 << 30  # accumulators within it skip the float estimate's cap (B8_ESTIMATE_BOUND)
 

@@ -325,8 +325,8 @@ B8_INLINE void b8_dw_output(int8_t* out, b8_dw_vec acc, const b8_dw_estimate* es
  * 24-27. The kernel's columns are paired the same way, the per-channel int32 data is put in that
  * order by moving 128-bit blocks, and the packs of the output stage restore the natural order.
  * Products and sums are exact int32, in another order: the portable accumulator.
- * Each width has the same helpers (b8_dw16_*, b8_dw32_*), which B8_DW_WIDE_BODY runs. */
-enum { B8_DW_WIDE = 16 };
+ * Each width has the same helpers (b8_dw16_*, b8_dw32_*), which the loop of B8_DW_WIDE_FUNCTION
+ * runs. */
 
 /* The column of rows r0, r1, r2 (16 channels each): out[0] = (r0, r1) low, out[1] = (r2, 0) low,
  * out[2] = (r0, r1) high, out[3] = (r2, 0) high. */
